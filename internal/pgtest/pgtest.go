@@ -1,0 +1,255 @@
+// Package pgtest starts real PostgreSQL servers for tests and for the demo.
+//
+// A server runs from a temporary directory on a free loopback port. PostgreSQL
+// refuses to run as root, so when the caller is root every server command runs
+// as the postgres user through runuser. Nothing is faked: callers get a real
+// postmaster they can stop, start again and connect to.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Postgres is one running (or stopped) PostgreSQL server.
+type Postgres struct {
+	// Port is the TCP port the server listens on, on 127.0.0.1.
+	Port int
+	// Dir is the temporary directory holding the data directory, socket and log.
+	Dir string
+
+	bin     string
+	uid     *user.User
+	runAsPG bool
+}
+
+// Options tune Start.
+type Options struct {
+	// Port to listen on; 0 picks a free one.
+	Port int
+	// Dir is the parent of the server's temporary directory; "" means os.TempDir().
+	Dir string
+	// Settings are extra "-c name=value" server settings.
+	Settings map[string]string
+}
+
+// BinDir returns the directory holding initdb and pg_ctl: $PGBIN when set, else
+// the newest /usr/lib/postgresql/*/bin that has them.
+func BinDir() (string, error) {
+	if d := os.Getenv("PGBIN"); d != "" {
+		return d, nil
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Sort(sort.Reverse(sort.StringSlice(dirs)))
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	if p, err := exec.LookPath("initdb"); err == nil {
+		return filepath.Dir(p), nil
+	}
+	return "", errors.New("PostgreSQL server binaries (initdb, pg_ctl) not found: install postgresql (apt-get install -y postgresql) or set PGBIN")
+}
+
+var (
+	templateOnce sync.Once
+	templateDir  string
+	templateErr  error
+)
+
+// Start initialises (from a per-process template made by initdb once) and
+// starts a PostgreSQL server.
+func Start(opts Options) (*Postgres, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	p := &Postgres{bin: bin, runAsPG: os.Geteuid() == 0}
+	if p.runAsPG {
+		if p.uid, err = user.Lookup("postgres"); err != nil {
+			return nil, fmt.Errorf("running as root, PostgreSQL must run as the postgres user, which does not exist: %w", err)
+		}
+	}
+	templateOnce.Do(func() { templateDir, templateErr = p.initTemplate() })
+	if templateErr != nil {
+		return nil, templateErr
+	}
+	if p.Dir, err = p.mkdir(opts.Dir, "pgtest-"); err != nil {
+		return nil, err
+	}
+	if out, err := p.run("cp", "-a", templateDir, p.data()); err != nil {
+		return nil, fmt.Errorf("copy template data directory: %v: %s", err, out)
+	}
+	conf := "listen_addresses = '127.0.0.1'\nunix_socket_directories = '" + p.Dir + "'\n" +
+		"fsync = off\nfull_page_writes = off\nmax_connections = 200\n"
+	for k, v := range opts.Settings {
+		conf += k + " = '" + v + "'\n"
+	}
+	if err := p.appendConf(conf); err != nil {
+		return nil, err
+	}
+	p.Port = opts.Port
+	for attempt := 0; ; attempt++ {
+		if opts.Port == 0 {
+			if p.Port, err = FreePort(); err != nil {
+				return nil, err
+			}
+		}
+		if err = p.Start(); err == nil || opts.Port != 0 || attempt == 3 {
+			break
+		}
+	}
+	if err != nil {
+		os.RemoveAll(p.Dir)
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Postgres) initTemplate() (string, error) {
+	dir, err := p.mkdir("", "pgtest-template-")
+	if err != nil {
+		return "", err
+	}
+	out, err := p.run(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres",
+		"--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	if err != nil {
+		return "", fmt.Errorf("initdb: %v: %s", err, out)
+	}
+	return filepath.Join(dir, "data"), nil
+}
+
+// mkdir makes a temporary directory the server's user owns.
+func (p *Postgres) mkdir(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
+	if err != nil {
+		return "", err
+	}
+	if p.runAsPG {
+		uid, _ := strconv.Atoi(p.uid.Uid)
+		gid, _ := strconv.Atoi(p.uid.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func (p *Postgres) data() string { return filepath.Join(p.Dir, "data") }
+
+func (p *Postgres) appendConf(conf string) error {
+	f, err := os.OpenFile(filepath.Join(p.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(conf)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// run runs a command as the server's user.
+func (p *Postgres) run(name string, args ...string) ([]byte, error) {
+	if p.runAsPG {
+		args = append([]string{"-u", "postgres", "--", name}, args...)
+		name = "runuser"
+	}
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	return cmd.CombinedOutput()
+}
+
+// Start starts a stopped server on its port and waits until it accepts connections.
+func (p *Postgres) Start() error {
+	out, err := p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-l", filepath.Join(p.Dir, "log"),
+		"-o", "-p "+strconv.Itoa(p.Port), "-w", "-t", "60", "start")
+	if err != nil {
+		return fmt.Errorf("pg_ctl start on port %d: %v: %s%s", p.Port, err, out, p.logTail())
+	}
+	return nil
+}
+
+// Stop stops the server at once (immediate mode: connections are cut as by a crash).
+func (p *Postgres) Stop() error {
+	out, err := p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-m", "immediate", "-w", "stop")
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop: %v: %s", err, out)
+	}
+	return nil
+}
+
+// Close stops the server and removes its directory.
+func (p *Postgres) Close() {
+	p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-m", "immediate", "-w", "stop")
+	os.RemoveAll(p.Dir)
+}
+
+func (p *Postgres) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(p.Dir, "log"))
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	if len(b) == 0 {
+		return ""
+	}
+	return "\nserver log:\n" + string(b)
+}
+
+// DSN returns a connection string for database db ("" means postgres).
+func (p *Postgres) DSN(db string) string {
+	if db == "" {
+		db = "postgres"
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+}
+
+// Exec runs SQL statements (several may be separated by semicolons) in database postgres.
+func (p *Postgres) Exec(ctx context.Context, sql string, args ...any) error {
+	conn, err := pgx.Connect(ctx, p.DSN(""))
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql, args...)
+	return err
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitFor polls cond until it returns nil or the deadline passes, and returns
+// the last error.
+func WaitFor(timeout time.Duration, cond func() error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after %v: %w", timeout, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,88 @@
+package pgcluster
+
+import (
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// publisher turns each registry load into a snapshot and swaps it in.
+type publisher struct {
+	p       *PgCluster
+	zones   []string
+	ttl     uint32
+	stale   time.Duration
+	loop    bool
+	self    map[string]netip.Addr
+	nsAddrs []netip.Addr
+}
+
+// apply builds a snapshot from a load and publishes it.
+func (pb *publisher) apply(nodes []Node, aliases []Alias) {
+	s := build(buildInput{
+		zones: pb.zones, nodes: nodes, aliases: aliases, ttl: pb.ttl,
+		staleAfter: pb.stale, allowLoopback: pb.loop, self: pb.self, nsAddrs: pb.nsAddrs,
+	})
+	s.loadedAt = time.Now()
+	prev := pb.p.snap.Load()
+	serial := uint32(s.loadedAt.Unix())
+	if prev != nil {
+		switch {
+		case prev.hash == s.hash:
+			serial = prev.serial
+		case serial <= prev.serial:
+			serial = prev.serial + 1
+		}
+	}
+	s.setSerial(serial, pb.ttl)
+	pb.p.snap.Store(s)
+	pb.report(prev, s)
+}
+
+// report updates metrics and logs what changed since prev: each change once.
+func (pb *publisher) report(prev, s *snapshot) {
+	if prev == nil {
+		prev = &snapshot{}
+		log.Infof("Registry loaded: %d clusters, serial %d", len(s.clusters), s.serial)
+	}
+	zone := pb.zones[0]
+	snapshotSerial.WithLabelValues(zone).Set(float64(s.serial))
+
+	nodesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	primariesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	for name, st := range s.clusters {
+		nodesGauge.WithLabelValues(zone, name, "in").Set(float64(st.serving))
+		nodesGauge.WithLabelValues(zone, name, "out").Set(float64(st.out))
+		primariesGauge.WithLabelValues(zone, name).Set(float64(len(st.primaries)))
+		if len(st.primaries) > 1 && len(prev.clusters[name].primaries) <= 1 {
+			log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(st.primaries), st.primaries, name)
+		}
+	}
+
+	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	counts := map[string]int{}
+	for _, sk := range s.skipped {
+		counts[sk.reason]++
+		if !slices.Contains(prev.skipped, sk) {
+			log.Warningf("Registry row skipped, not served: %s", sk)
+		}
+	}
+	for reason, n := range counts {
+		rowsSkipped.WithLabelValues(zone, reason).Set(float64(n))
+	}
+
+	for key, v := range s.verdicts {
+		if old, ok := prev.verdicts[key]; ok && old != v {
+			log.Infof("Node %s: %s", key, v)
+		} else if !ok && prev.verdicts != nil {
+			log.Infof("Node %s joined: %s", key, v)
+		}
+	}
+	for key := range prev.verdicts {
+		if _, ok := s.verdicts[key]; !ok {
+			log.Infof("Node %s left the registry", key)
+		}
+	}
+}

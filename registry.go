@@ -1,0 +1,255 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Channel is the LISTEN channel the schema's triggers notify on every change.
+const Channel = "pgcluster_changed"
+
+const (
+	minBackoff     = 100 * time.Millisecond
+	maxBackoff     = 5 * time.Second
+	connectTimeout = 5 * time.Second
+	loadTimeout    = 10 * time.Second
+)
+
+const (
+	nodesQuery = `SELECT cluster, name, address, port, role, healthy,
+  extract(epoch FROM clock_timestamp() - heartbeat)::float8 AS heartbeat_age
+FROM pgcluster_nodes`
+	aliasesQuery = `SELECT alias, target FROM pgcluster_aliases`
+)
+
+// registry follows the peer registry in PostgreSQL. It keeps one connection:
+// LISTEN first, then a full load, then a reload on every notification (those
+// that queued up meanwhile are coalesced into one), on every refresh tick and
+// when a heartbeat is about to go stale. A lost connection is retried with
+// backoff; each new connection listens and reloads in full, so a change made
+// while it was away is not missed.
+type registry struct {
+	dsn        string
+	refresh    time.Duration
+	staleAfter time.Duration
+	zone       string // metric label
+	// apply receives every successful load.
+	apply func(nodes []Node, aliases []Alias)
+
+	up      atomic.Bool
+	wasUp   bool // last state logged, touched only by run's goroutine
+	lastErr string
+	loaded  chan struct{} // closed after the first successful load
+	done    chan struct{} // closed when run returns
+}
+
+func newRegistry(dsn string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias)) *registry {
+	return &registry{
+		dsn: dsn, refresh: refresh, staleAfter: staleAfter, zone: zone, apply: apply,
+		wasUp:  true, // so that a first failure is logged
+		loaded: make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+}
+
+// run follows the registry until ctx is done.
+func (r *registry) run(ctx context.Context) {
+	defer close(r.done)
+	backoff := minBackoff
+	for {
+		err := r.session(ctx, func() { backoff = minBackoff })
+		if ctx.Err() != nil {
+			return
+		}
+		r.setDown(err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// session is one connection's life: LISTEN, load, then wait and reload until
+// the connection fails. loadedOK is called after each successful load.
+func (r *registry) session(ctx context.Context, loadedOK func()) error {
+	cfg, err := pgx.ParseConfig(r.dsn)
+	if err != nil {
+		return err
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "coredns-pgcluster"
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+
+	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
+		return err
+	}
+	for {
+		next, err := r.load(ctx, conn)
+		if err != nil {
+			return err
+		}
+		loadedOK()
+		r.setUp()
+		if err := r.wait(ctx, conn, next); err != nil {
+			return err
+		}
+	}
+}
+
+// wait blocks until a notification arrives or the next reload is due, then
+// drains the notifications already received: one reload covers them all.
+func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) error {
+	wctx, cancel := context.WithTimeout(ctx, d)
+	_, err := conn.WaitForNotification(wctx)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil && !(pgconn.Timeout(err) && wctx.Err() != nil) {
+		return err
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for {
+		// With a done context this returns only notifications already buffered.
+		if n, _ := conn.WaitForNotification(done); n == nil {
+			return nil
+		}
+	}
+}
+
+// nodeRow and aliasRow are the registry's rows as scanned.
+type nodeRow struct {
+	Cluster      string       `db:"cluster"`
+	Name         string       `db:"name"`
+	Address      netip.Prefix `db:"address"`
+	Port         int32        `db:"port"`
+	Role         string       `db:"role"`
+	Healthy      bool         `db:"healthy"`
+	HeartbeatAge float64      `db:"heartbeat_age"`
+}
+
+type aliasRow struct {
+	Alias  string `db:"alias"`
+	Target string `db:"target"`
+}
+
+// load reads both tables in one repeatable-read snapshot and applies them.
+// It returns how long until the next reload is due.
+func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+
+	var nodes []nodeRow
+	var aliases []aliasRow
+	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		rows, _ := tx.Query(ctx, nodesQuery)
+		var err error
+		if nodes, err = pgx.CollectRows(rows, pgx.RowToStructByName[nodeRow]); err != nil {
+			return fmt.Errorf("read pgcluster_nodes: %w", err)
+		}
+		rows, _ = tx.Query(ctx, aliasesQuery)
+		if aliases, err = pgx.CollectRows(rows, pgx.RowToStructByName[aliasRow]); err != nil {
+			return fmt.Errorf("read pgcluster_aliases: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		reloads.WithLabelValues(r.zone, "error").Inc()
+		return 0, err
+	}
+
+	ns := make([]Node, len(nodes))
+	for i, n := range nodes {
+		ns[i] = Node{
+			Cluster: n.Cluster, Name: n.Name, Address: n.Address.Addr(), Port: int(n.Port),
+			Role: n.Role, Healthy: n.Healthy,
+			HeartbeatAge: time.Duration(n.HeartbeatAge * float64(time.Second)),
+		}
+	}
+	as := make([]Alias, len(aliases))
+	for i, a := range aliases {
+		as[i] = Alias{Alias: a.Alias, Target: a.Target}
+	}
+	r.apply(ns, as)
+	reloads.WithLabelValues(r.zone, "ok").Inc()
+	reloadDuration.WithLabelValues(r.zone).Observe(time.Since(start).Seconds())
+	select {
+	case <-r.loaded:
+	default:
+		close(r.loaded)
+	}
+	return r.nextReload(ns), nil
+}
+
+// nextReload is the refresh interval, or sooner when a heartbeat will pass
+// stale_after before then.
+func (r *registry) nextReload(nodes []Node) time.Duration {
+	next := r.refresh
+	if r.staleAfter <= 0 {
+		return next
+	}
+	for _, n := range nodes {
+		if left := r.staleAfter - n.HeartbeatAge; left >= 0 && left < next {
+			next = left + time.Millisecond
+		}
+	}
+	return next
+}
+
+func (r *registry) setUp() {
+	r.up.Store(true)
+	registryUp.WithLabelValues(r.zone).Set(1)
+	if !r.wasUp {
+		log.Infof("Registry %s reachable again: listening and reloaded in full", redact(r.dsn))
+	}
+	r.wasUp, r.lastErr = true, ""
+}
+
+func (r *registry) setDown(err error) {
+	r.up.Store(false)
+	registryUp.WithLabelValues(r.zone).Set(0)
+	msg := err.Error()
+	if r.wasUp || msg != r.lastErr {
+		log.Warningf("Registry %s unreachable, answers keep coming from the last snapshot: %v", redact(r.dsn), hint(err))
+	}
+	r.wasUp, r.lastErr = false, msg
+}
+
+// hint adds what to do to the errors an operator can fix.
+func hint(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return fmt.Errorf("%w (apply schema.sql to create the registry tables)", err)
+	}
+	return err
+}
+
+// redact returns the DSN's host, port and database, never its password.
+func redact(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "(unparsable DSN)"
+	}
+	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}

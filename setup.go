@@ -1,0 +1,198 @@
+package pgcluster
+
+import (
+	"context"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"github.com/coredns/caddy"
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/plugin"
+	clog "github.com/coredns/coredns/plugin/pkg/log"
+)
+
+var log = clog.NewWithPlugin("pgcluster")
+
+// Defaults of the Corefile options.
+const (
+	defaultTTL     = 5
+	defaultRefresh = 30 * time.Second
+	// startupWait is how long start-up waits for the first registry load
+	// before the server starts anyway (answering SERVFAIL in the zone, and
+	// not ready, until the load succeeds).
+	startupWait = 5 * time.Second
+)
+
+func init() { plugin.Register("pgcluster", setup) }
+
+// config is a parsed pgcluster block.
+type config struct {
+	zones         []string
+	dsn           string
+	ttl           uint32
+	refresh       time.Duration
+	staleAfter    time.Duration
+	allowLoopback bool
+	// self maps a node ("name" or "cluster/name") to an explicit address, or
+	// to the invalid Addr to mean "detect this host's outbound address".
+	self map[string]netip.Addr
+}
+
+func setup(c *caddy.Controller) error {
+	p, cfg, err := parse(c)
+	if err != nil {
+		return plugin.Error("pgcluster", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.OnStartup(func() error {
+		p.start(ctx, cfg)
+		select {
+		case <-p.reg.loaded:
+		case <-time.After(startupWait):
+			log.Warningf("Registry not loaded after %s: starting anyway, not ready until it loads", startupWait)
+		}
+		return nil
+	})
+	c.OnShutdown(func() error {
+		cancel()
+		p.stop()
+		return nil
+	})
+	dnsserver.GetConfig(c).AddPlugin(func(next plugin.Handler) plugin.Handler {
+		p.Next = next
+		return p
+	})
+	return nil
+}
+
+// start begins following the registry.
+func (p *PgCluster) start(ctx context.Context, cfg *config) {
+	pb := &publisher{
+		p: p, zones: cfg.zones, ttl: cfg.ttl, stale: cfg.staleAfter, loop: cfg.allowLoopback,
+		self: map[string]netip.Addr{},
+	}
+	v4, v6 := outboundAddrs()
+	for node, a := range cfg.self {
+		if !a.IsValid() {
+			if a = v4; !a.IsValid() {
+				a = v6
+			}
+			if !a.IsValid() {
+				log.Warningf("self %s: no outbound address found; its loopback address stays unadvertised", node)
+				continue
+			}
+		}
+		pb.self[node] = a
+	}
+	for _, a := range []netip.Addr{v4, v6} {
+		if a.IsValid() {
+			pb.nsAddrs = append(pb.nsAddrs, a)
+		}
+	}
+	p.reg = newRegistry(cfg.dsn, cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.apply)
+	snapshotAge.add(p, cfg.zones[0])
+	go p.reg.run(ctx)
+}
+
+// stop waits for the registry goroutine, whose context is already cancelled.
+func (p *PgCluster) stop() {
+	if p.reg != nil {
+		<-p.reg.done
+	}
+	snapshotAge.remove(p)
+}
+
+func parse(c *caddy.Controller) (*PgCluster, *config, error) {
+	cfg := &config{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{}}
+	p := &PgCluster{}
+	i := 0
+	for c.Next() {
+		if i > 0 {
+			return nil, nil, plugin.ErrOnce
+		}
+		i++
+		cfg.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		for c.NextBlock() {
+			if err := parseOption(c, cfg, p); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	if cfg.dsn == "" {
+		return nil, nil, c.Err("missing required option 'postgres DSN'")
+	}
+	p.Zones = cfg.zones
+	p.ttl = cfg.ttl
+	return p, cfg, nil
+}
+
+func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
+	opt := c.Val()
+	args := c.RemainingArgs()
+	switch opt {
+	case "postgres":
+		if len(args) != 1 {
+			return c.ArgErr()
+		}
+		cfg.dsn = args[0]
+	case "ttl":
+		if len(args) != 1 {
+			return c.ArgErr()
+		}
+		t, err := strconv.ParseUint(args[0], 10, 32)
+		if err != nil || t > 86400 {
+			return c.Errf("ttl: %q is not a number of seconds from 0 to 86400", args[0])
+		}
+		cfg.ttl = uint32(t)
+	case "refresh":
+		d, err := duration(c, opt, args, false)
+		if err != nil {
+			return err
+		}
+		cfg.refresh = d
+	case "stale_after":
+		d, err := duration(c, opt, args, true)
+		if err != nil {
+			return err
+		}
+		cfg.staleAfter = d
+	case "allow_loopback":
+		if len(args) != 0 {
+			return c.ArgErr()
+		}
+		cfg.allowLoopback = true
+	case "self":
+		if len(args) < 1 || len(args) > 2 {
+			return c.ArgErr()
+		}
+		var a netip.Addr
+		if len(args) == 2 {
+			var err error
+			if a, err = netip.ParseAddr(args[1]); err != nil {
+				return c.Errf("self: %q is not an IP address", args[1])
+			}
+		}
+		cfg.self[args[0]] = a
+	case "fallthrough":
+		p.Fall.SetZonesFromArgs(args)
+	default:
+		return c.Errf("unknown property %q", opt)
+	}
+	return nil
+}
+
+// duration parses a positive duration option; off allows "off" and 0.
+func duration(c *caddy.Controller, opt string, args []string, off bool) (time.Duration, error) {
+	if len(args) != 1 {
+		return 0, c.ArgErr()
+	}
+	if off && (args[0] == "off" || args[0] == "0") {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil || d <= 0 {
+		return 0, c.Errf("%s: %q is not a positive duration such as 500ms or 30s", opt, args[0])
+	}
+	return d, nil
+}

@@ -1,0 +1,552 @@
+package pgcluster
+
+import (
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// Node is one row of pgcluster_nodes, as loaded.
+type Node struct {
+	Cluster string
+	Name    string
+	Address netip.Addr
+	Port    int
+	Role    string
+	Healthy bool
+	// HeartbeatAge is how old the heartbeat was when the row was read,
+	// measured by PostgreSQL's own clock.
+	HeartbeatAge time.Duration
+}
+
+// Alias is one row of pgcluster_aliases.
+type Alias struct {
+	Alias  string
+	Target string
+}
+
+// Roles and the reserved labels inside a cluster.
+const (
+	rolePrimary = "primary"
+	roleStandby = "standby"
+
+	labelPrimary       = "primary"
+	labelStandby       = "standby"
+	labelReplica       = "replica"
+	labelPreferStandby = "prefer-standby"
+	labelSRV           = "_postgresql._tcp"
+	labelNS            = "ns"
+)
+
+// reservedInCluster are labels a node may not take.
+var reservedInCluster = map[string]bool{
+	labelPrimary: true, labelStandby: true, labelReplica: true, labelPreferStandby: true,
+}
+
+// Skip reasons, the values of the rows_skipped metric's reason label.
+const (
+	skipInvalidName   = "invalid_name"
+	skipReservedName  = "reserved_name"
+	skipDuplicate     = "duplicate"
+	skipAliasLoop     = "alias_loop"
+	skipAliasDangling = "alias_dangling"
+)
+
+// skipped is a row that could not be served, and why.
+type skipped struct {
+	reason string
+	what   string
+}
+
+func (s skipped) String() string { return s.what + " (" + s.reason + ")" }
+
+// entry is one owner name of the zone with every record it has.
+type entry struct {
+	a, aaaa []dns.RR
+	txt     []dns.RR
+	srv     []dns.RR
+	extra   []dns.RR // addresses of the SRV targets
+	ns      []dns.RR
+	soa     *dns.SOA
+
+	cname  *dns.CNAME
+	target string // owner name the CNAME points to
+	next   *entry // entry of target
+}
+
+// zone is the apex data of one zone.
+type zone struct {
+	soa *dns.SOA
+}
+
+// clusterStat is what metrics and logs report of one cluster.
+type clusterStat struct {
+	serving, out int
+	primaries    []string
+}
+
+// snapshot is an immutable view of every name pgcluster answers. The query
+// path reads it without locks; a change publishes a new one.
+type snapshot struct {
+	names    map[string]*entry
+	zones    map[string]*zone
+	serial   uint32
+	hash     uint64
+	loadedAt time.Time
+	clusters map[string]clusterStat
+	skipped  []skipped
+	// verdicts says of each node ("cluster/name") whether it is served, and why.
+	verdicts map[string]string
+}
+
+// buildInput is everything a snapshot is made from.
+type buildInput struct {
+	zones         []string
+	nodes         []Node
+	aliases       []Alias
+	ttl           uint32
+	staleAfter    time.Duration
+	allowLoopback bool
+	// self maps a node name (or cluster/name) to the address to advertise
+	// instead of its loopback address.
+	self map[string]netip.Addr
+	// nsAddrs are this instance's own addresses, for ns.<zone>.
+	nsAddrs []netip.Addr
+}
+
+// member is a node that passed validation, with its verdict.
+type member struct {
+	Node
+	addr    netip.Addr // the address to advertise
+	serving bool
+	reason  string
+}
+
+// cluster is one cluster's validated members.
+type cluster struct {
+	name    string
+	members []*member
+}
+
+// build turns registry rows into a snapshot. It is a pure function of its
+// input: no I/O, no clock, no randomness. The serial is set by the caller.
+func build(in buildInput) *snapshot {
+	s := &snapshot{
+		names:    make(map[string]*entry),
+		zones:    make(map[string]*zone),
+		clusters: make(map[string]clusterStat),
+		verdicts: make(map[string]string),
+	}
+	clusters := s.validateNodes(in)
+	aliases := s.resolveAliases(in.aliases, clusters)
+
+	for _, z := range in.zones {
+		b := &builder{s: s, in: in, zone: z}
+		b.apex()
+		for _, c := range clusters {
+			b.cluster(c)
+		}
+		for _, a := range aliases {
+			b.alias(a.alias, a.target, a.final)
+		}
+		s.zones[z] = &zone{}
+	}
+	s.addEmptyNonTerminals(in.zones)
+	s.link()
+	s.hash = s.contentHash()
+	return s
+}
+
+// validateNodes drops rows that cannot be served and decides which of the
+// rest serve.
+func (s *snapshot) validateNodes(in buildInput) []*cluster {
+	byName := map[string]*cluster{}
+	var order []*cluster
+	nodes := append([]Node(nil), in.nodes...)
+	sort.SliceStable(nodes, func(i, j int) bool {
+		if nodes[i].Cluster != nodes[j].Cluster {
+			return nodes[i].Cluster < nodes[j].Cluster
+		}
+		return nodes[i].Name < nodes[j].Name
+	})
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		what := fmt.Sprintf("node %q in cluster %q", n.Name, n.Cluster)
+		cl, nl := strings.ToLower(n.Cluster), strings.ToLower(n.Name)
+		switch {
+		case !isLabel(cl) || !isLabel(nl):
+			s.skip(skipInvalidName, what)
+			continue
+		case cl == labelNS || reservedInCluster[nl]:
+			s.skip(skipReservedName, what)
+			continue
+		case seen[cl+"/"+nl]:
+			s.skip(skipDuplicate, what)
+			continue
+		}
+		seen[cl+"/"+nl] = true
+		n.Cluster, n.Name, n.Role = cl, nl, strings.ToLower(n.Role)
+		c := byName[cl]
+		if c == nil {
+			c = &cluster{name: cl}
+			byName[cl] = c
+			order = append(order, c)
+		}
+		m := judge(n, in)
+		c.members = append(c.members, m)
+		s.verdicts[cl+"/"+nl] = m.verdict()
+	}
+	for _, c := range order {
+		st := clusterStat{}
+		for _, m := range c.members {
+			if m.serving {
+				st.serving++
+				if m.Role == rolePrimary {
+					st.primaries = append(st.primaries, m.Name)
+				}
+			} else {
+				st.out++
+			}
+		}
+		s.clusters[c.name] = st
+	}
+	return order
+}
+
+// judge decides whether a node serves, and which address it advertises.
+func judge(n Node, in buildInput) *member {
+	m := &member{Node: n, addr: n.Address.Unmap()}
+	if m.addr.IsLoopback() {
+		if a, ok := in.self[n.Cluster+"/"+n.Name]; ok {
+			m.addr = a
+		} else if a, ok := in.self[n.Name]; ok {
+			m.addr = a
+		}
+	}
+	switch {
+	case !n.Healthy:
+		m.reason = "the registry marks it unhealthy"
+	case in.staleAfter > 0 && n.HeartbeatAge > in.staleAfter:
+		m.reason = fmt.Sprintf("heartbeat %s old, stale_after %s", n.HeartbeatAge.Round(time.Millisecond), in.staleAfter)
+	case !m.addr.IsValid():
+		m.reason = "no address"
+	case m.addr.IsLoopback() && !in.allowLoopback:
+		m.reason = "loopback address " + m.addr.String() + " is not advertised"
+	default:
+		m.serving = true
+		m.reason = "serving"
+	}
+	return m
+}
+
+func (m *member) verdict() string {
+	if m.serving {
+		return "in (" + m.reason + ")"
+	}
+	return "out (" + m.reason + ")"
+}
+
+// resolvedAlias is an alias whose chain ends at a cluster.
+type resolvedAlias struct {
+	alias, target, final string
+	depth                int
+}
+
+// resolveAliases follows every alias to its cluster and orders them so that
+// an alias comes after the alias it points to.
+func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster) []resolvedAlias {
+	isCluster := map[string]bool{}
+	for _, c := range clusters {
+		isCluster[c.name] = true
+	}
+	target := map[string]string{}
+	rows = append([]Alias(nil), rows...)
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Alias < rows[j].Alias })
+	for _, r := range rows {
+		a, t := strings.ToLower(r.Alias), strings.ToLower(strings.TrimSuffix(r.Target, "."))
+		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
+		switch {
+		case !isLabel(a) || !isLabel(t):
+			s.skip(skipInvalidName, what)
+		case a == labelNS:
+			s.skip(skipReservedName, what)
+		case isCluster[a]:
+			s.skip(skipDuplicate, what+": a cluster has that name")
+		case target[a] != "":
+			s.skip(skipDuplicate, what)
+		default:
+			target[a] = t
+		}
+	}
+	var out []resolvedAlias
+	for _, r := range rows {
+		a := strings.ToLower(r.Alias)
+		t, ok := target[a]
+		if !ok {
+			continue
+		}
+		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
+		cur, depth := t, 1
+		for ; !isCluster[cur]; depth++ {
+			next, ok := target[cur]
+			if !ok {
+				s.skip(skipAliasDangling, what+": no cluster or alias "+cur)
+				break
+			}
+			if next == a || depth > len(target) {
+				s.skip(skipAliasLoop, what)
+				break
+			}
+			cur = next
+		}
+		if isCluster[cur] {
+			out = append(out, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].depth < out[j].depth })
+	return out
+}
+
+func (s *snapshot) skip(reason, what string) {
+	s.skipped = append(s.skipped, skipped{reason: reason, what: what})
+}
+
+// builder writes the names of one zone.
+type builder struct {
+	s    *snapshot
+	in   buildInput
+	zone string
+}
+
+func (b *builder) name(labels ...string) string {
+	return strings.Join(append(labels, b.zone), ".")
+}
+
+func (b *builder) entry(name string) *entry {
+	e := b.s.names[name]
+	if e == nil {
+		e = &entry{}
+		b.s.names[name] = e
+	}
+	return e
+}
+
+func (b *builder) hdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: b.in.ttl}
+}
+
+func (b *builder) apex() {
+	e := b.entry(b.zone)
+	ns := b.name(labelNS)
+	e.ns = []dns.RR{&dns.NS{Hdr: b.hdr(b.zone, dns.TypeNS), Ns: ns}}
+	b.addresses(b.entry(ns), ns, b.in.nsAddrs)
+}
+
+// addresses adds A and AAAA records for addrs to e.
+func (b *builder) addresses(e *entry, name string, addrs []netip.Addr) {
+	for _, a := range addrs {
+		if a.Is4() {
+			e.a = append(e.a, &dns.A{Hdr: b.hdr(name, dns.TypeA), A: net.IP(a.AsSlice())})
+		} else {
+			e.aaaa = append(e.aaaa, &dns.AAAA{Hdr: b.hdr(name, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())})
+		}
+	}
+}
+
+func (b *builder) cluster(c *cluster) {
+	var all, primaries, standbys []*member
+	for _, m := range c.members {
+		nodeName := b.name(m.Name, c.name)
+		e := b.entry(nodeName)
+		if m.serving {
+			all = append(all, m)
+			b.addresses(e, nodeName, []netip.Addr{m.addr})
+			switch m.Role {
+			case rolePrimary:
+				primaries = append(primaries, m)
+			case roleStandby:
+				standbys = append(standbys, m)
+			}
+		}
+		e.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(nodeName, dns.TypeTXT), Txt: nodeTXT(m, len(b.s.clusters[c.name].primaries))}}
+	}
+	var primary []*member
+	if len(primaries) == 1 {
+		primary = primaries
+	}
+	preferStandby := standbys
+	if len(preferStandby) == 0 {
+		preferStandby = primary
+	}
+	b.set(c.name, "", all)
+	b.set(c.name, labelPrimary, primary)
+	b.set(c.name, labelStandby, standbys)
+	b.set(c.name, labelReplica, standbys)
+	b.set(c.name, labelPreferStandby, preferStandby)
+	st := b.s.clusters[c.name]
+	ce := b.entry(b.name(c.name))
+	ce.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(b.name(c.name), dns.TypeTXT), Txt: []string{
+		fmt.Sprintf("serving=%d", st.serving), fmt.Sprintf("out=%d", st.out),
+		"primary=" + strings.Join(st.primaries, ","),
+	}}}
+}
+
+// set writes a set name (the cluster itself, or a role under it) with the
+// addresses of members and an SRV record for each.
+func (b *builder) set(clusterName, label string, members []*member) {
+	owner := b.name(clusterName)
+	if label != "" {
+		owner = b.name(label, clusterName)
+	}
+	e := b.entry(owner)
+	srvName := labelSRV + "." + owner
+	se := b.entry(srvName)
+	var glue entry
+	for _, m := range members {
+		b.addresses(e, owner, []netip.Addr{m.addr})
+		target := b.name(m.Name, clusterName)
+		se.srv = append(se.srv, &dns.SRV{Hdr: b.hdr(srvName, dns.TypeSRV), Priority: 0, Weight: 10, Port: uint16(m.Port), Target: target})
+		b.addresses(&glue, target, []netip.Addr{m.addr})
+	}
+	se.extra = append(glue.a, glue.aaaa...)
+}
+
+// alias writes the names under alias: each name under the final cluster gets
+// a twin under the alias, a CNAME to the same label under target.
+func (b *builder) alias(alias, target, final string) {
+	finalApex := b.name(final)
+	suffix := "." + finalApex
+	var owners []string
+	for name := range b.s.names {
+		if name == finalApex || strings.HasSuffix(name, suffix) {
+			owners = append(owners, name)
+		}
+	}
+	sort.Strings(owners)
+	for _, name := range owners {
+		prefix := strings.TrimSuffix(strings.TrimSuffix(name, finalApex), ".")
+		from, to := b.name(alias), b.name(target)
+		if prefix != "" {
+			from, to = prefix+"."+from, prefix+"."+to
+		}
+		e := b.entry(from)
+		e.cname = &dns.CNAME{Hdr: b.hdr(from, dns.TypeCNAME), Target: to}
+		e.target = to
+	}
+}
+
+// addEmptyNonTerminals makes every name between an owner and its zone exist,
+// so that it answers NODATA rather than NXDOMAIN.
+func (s *snapshot) addEmptyNonTerminals(zones []string) {
+	for _, z := range zones {
+		for name := range s.names {
+			if !dns.IsSubDomain(z, name) {
+				continue
+			}
+			for p := parent(name); p != "" && len(p) > len(z); p = parent(p) {
+				if _, ok := s.names[p]; !ok {
+					s.names[p] = &entry{}
+				}
+			}
+		}
+	}
+}
+
+func parent(name string) string {
+	i := strings.IndexByte(name, '.')
+	if i < 0 || i == len(name)-1 {
+		return ""
+	}
+	return name[i+1:]
+}
+
+// link points every CNAME at its target's entry.
+func (s *snapshot) link() {
+	for _, e := range s.names {
+		if e.cname != nil {
+			e.next = s.names[e.target]
+		}
+	}
+}
+
+// contentHash fingerprints every record, so the serial changes only when the
+// content does.
+func (s *snapshot) contentHash() uint64 {
+	owners := make([]string, 0, len(s.names))
+	for n := range s.names {
+		owners = append(owners, n)
+	}
+	sort.Strings(owners)
+	h := fnv.New64a()
+	for _, n := range owners {
+		e := s.names[n]
+		h.Write([]byte(n))
+		for _, rrs := range [][]dns.RR{e.a, e.aaaa, e.txt, e.srv, e.ns} {
+			for _, rr := range rrs {
+				h.Write([]byte(rr.String()))
+			}
+		}
+		if e.cname != nil {
+			h.Write([]byte(e.cname.String()))
+		}
+	}
+	return h.Sum64()
+}
+
+// setSerial writes the SOA records of every zone with serial.
+func (s *snapshot) setSerial(serial uint32, ttl uint32) {
+	s.serial = serial
+	for z, zd := range s.zones {
+		zd.soa = &dns.SOA{
+			Hdr:     dns.RR_Header{Name: z, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
+			Ns:      labelNS + "." + z,
+			Mbox:    "hostmaster." + z,
+			Serial:  serial,
+			Refresh: 3600,
+			Retry:   600,
+			Expire:  86400,
+			Minttl:  ttl,
+		}
+		s.names[z].soa = zd.soa
+	}
+}
+
+// nodeTXT explains a node's state: in or out, its role, and why.
+func nodeTXT(m *member, primaries int) []string {
+	state := "out"
+	if m.serving {
+		state = "in"
+	}
+	reason := m.reason
+	if m.serving && m.Role == rolePrimary && primaries > 1 {
+		reason = fmt.Sprintf("serving, but %d nodes claim to be primary: primary. has no address", primaries)
+	}
+	return []string{
+		"state=" + state,
+		"role=" + m.Role,
+		"address=" + m.Address.Unmap().String(),
+		fmt.Sprintf("port=%d", m.Port),
+		"reason=" + reason,
+	}
+}
+
+// isLabel reports whether s is a host name label: letters, digits and inner
+// hyphens, at most 63 characters.
+func isLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
