@@ -169,11 +169,15 @@ func (s *snapshot) validateNodes(in buildInput) []*cluster {
 	byName := map[string]*cluster{}
 	var order []*cluster
 	nodes := append([]Node(nil), in.nodes...)
+	// Sort by name as served; of two rows that differ only in case, the one
+	// already in lower case wins.
+	key := func(n Node) string { return strings.ToLower(n.Cluster) + "/" + strings.ToLower(n.Name) }
+	canonical := func(n Node) bool { return n.Cluster+"/"+n.Name == key(n) }
 	sort.SliceStable(nodes, func(i, j int) bool {
-		if nodes[i].Cluster != nodes[j].Cluster {
-			return nodes[i].Cluster < nodes[j].Cluster
+		if ki, kj := key(nodes[i]), key(nodes[j]); ki != kj {
+			return ki < kj
 		}
-		return nodes[i].Name < nodes[j].Name
+		return canonical(nodes[i]) && !canonical(nodes[j])
 	})
 	seen := map[string]bool{}
 	for _, n := range nodes {
