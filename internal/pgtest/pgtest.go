@@ -119,7 +119,15 @@ func Start(opts Options) (*Postgres, error) {
 	return p, nil
 }
 
+// initTemplate returns a data directory made by initdb, shared by every
+// process of this user and PostgreSQL version: made once in a directory of
+// its own, then renamed into place, so concurrent test binaries never see a
+// half-made one and nothing is left behind per run.
 func (p *Postgres) initTemplate() (string, error) {
+	final := filepath.Join(os.TempDir(), fmt.Sprintf("pgcluster-pgtest-template-%d-%s", os.Geteuid(), filepath.Base(filepath.Dir(p.bin))))
+	if _, err := os.Stat(filepath.Join(final, "data", "PG_VERSION")); err == nil {
+		return filepath.Join(final, "data"), nil
+	}
 	dir, err := p.mkdir("", "pgtest-template-")
 	if err != nil {
 		return "", err
@@ -127,9 +135,17 @@ func (p *Postgres) initTemplate() (string, error) {
 	out, err := p.run(filepath.Join(p.bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres",
 		"--auth=trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if err != nil {
+		os.RemoveAll(dir)
 		return "", fmt.Errorf("initdb: %v: %s", err, out)
 	}
-	return filepath.Join(dir, "data"), nil
+	if err := os.Rename(dir, final); err != nil {
+		// Another process got there first: use its template.
+		os.RemoveAll(dir)
+		if _, serr := os.Stat(filepath.Join(final, "data", "PG_VERSION")); serr != nil {
+			return "", fmt.Errorf("template data directory: %w", err)
+		}
+	}
+	return filepath.Join(final, "data"), nil
 }
 
 // mkdir makes a temporary directory the server's user owns.

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster"
+)
+
+// zone is the zone the demo serves.
+const zone = "pgcluster.lan"
+
+// node is one row of the demo registry.
+type node struct {
+	cluster, name, address, role string
+	port                         int
+}
+
+// demoNodes and demoAliases are the demo registry: cluster local with one
+// primary and two standbys, and prod → local, myapp-db → prod.
+var (
+	demoNodes = []node{
+		{"local", "pg1", "127.0.0.11", "primary", 5432},
+		{"local", "pg2", "127.0.0.12", "standby", 5432},
+		{"local", "pg3", "127.0.0.13", "standby", 5432},
+	}
+	demoAliases = [][2]string{{"prod", "local"}, {"myapp-db", "prod"}}
+)
+
+// seed applies the registry schema and writes the demo registry. Running it
+// again resets the demo rows.
+func seed(ctx context.Context, dsn string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, pgcluster.Schema); err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		for _, n := range demoNodes {
+			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_nodes (cluster, name, address, port, role)
+VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (cluster, name) DO UPDATE
+SET address = EXCLUDED.address, port = EXCLUDED.port, role = EXCLUDED.role, healthy = true, heartbeat = now()`,
+				n.cluster, n.name, n.address, n.port, n.role); err != nil {
+				return fmt.Errorf("insert node %s: %w", n.name, err)
+			}
+		}
+		for _, a := range demoAliases {
+			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_aliases (alias, target) VALUES ($1, $2)
+ON CONFLICT (alias) DO UPDATE SET target = EXCLUDED.target`, a[0], a[1]); err != nil {
+				return fmt.Errorf("insert alias %s: %w", a[0], err)
+			}
+		}
+		return nil
+	})
+}
+
+// corefileConfig is what the demo Corefile varies on.
+type corefileConfig struct {
+	port    int    // DNS port on 127.0.0.1; 0 picks a free one
+	ready   string // address of the ready plugin
+	metrics string // address of the prometheus plugin
+	dsn     string
+}
+
+// corefile returns the demo Corefile.
+func corefile(c corefileConfig) string {
+	return fmt.Sprintf(`%s:%d {
+    bind 127.0.0.1
+    errors
+    log
+    ready %s
+    prometheus %s
+    pgcluster {
+        postgres %s
+        allow_loopback
+        ttl 5
+    }
+}
+`, zone, c.port, c.ready, c.metrics, c.dsn)
+}
+
+// checkFree fails when addr is taken for TCP or, when udp is set, for UDP.
+func checkFree(addr string, udp bool) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	l.Close()
+	if udp {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			return err
+		}
+		pc.Close()
+	}
+	return nil
+}
+
+// probe asks server for the A records of prod.Z and returns the answer when
+// it holds the alias's CNAME and at least one address.
+func probe(server string) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn("prod."+zone), dns.TypeA)
+	c := &dns.Client{Timeout: 500 * time.Millisecond}
+	r, _, err := c.Exchange(m, server)
+	if err != nil {
+		return nil, err
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("prod.%s: %s", zone, dns.RcodeToString[r.Rcode])
+	}
+	var cname, a bool
+	for _, rr := range r.Answer {
+		switch rr.(type) {
+		case *dns.CNAME:
+			cname = true
+		case *dns.A:
+			a = true
+		}
+	}
+	if !cname || !a {
+		return nil, fmt.Errorf("prod.%s: no CNAME and addresses yet: %v", zone, r.Answer)
+	}
+	return r, nil
+}
+
+// errExited is returned by waitAnswer when CoreDNS stopped before answering.
+var errExited = errors.New("coredns exited before answering")
+
+// waitAnswer polls server with probe until it answers, the timeout passes,
+// ctx is done or exited is closed.
+func waitAnswer(ctx context.Context, server string, timeout time.Duration, exited <-chan struct{}) (*dns.Msg, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r, err := probe(server)
+		if err == nil {
+			return r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-exited:
+			return nil, errExited
+		case <-deadline.C:
+			return nil, fmt.Errorf("no answer from %s after %v: %w", server, timeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// summary renders an answer as "CNAME local.pgcluster.lan.; A 127.0.0.11 …".
+func summary(r *dns.Msg) string {
+	var cnames, addrs []string
+	for _, rr := range r.Answer {
+		switch rr := rr.(type) {
+		case *dns.CNAME:
+			cnames = append(cnames, rr.Target)
+		case *dns.A:
+			addrs = append(addrs, rr.A.String())
+		}
+	}
+	return "CNAME " + strings.Join(cnames, " ") + "; A " + strings.Join(addrs, " ")
+}
