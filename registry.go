@@ -160,20 +160,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 
-	var nodes []nodeRow
-	var aliases []aliasRow
-	err := pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		rows, _ := tx.Query(ctx, nodesQuery)
-		var err error
-		if nodes, err = pgx.CollectRows(rows, pgx.RowToStructByName[nodeRow]); err != nil {
-			return fmt.Errorf("read pgcluster_nodes: %w", err)
-		}
-		rows, _ = tx.Query(ctx, aliasesQuery)
-		if aliases, err = pgx.CollectRows(rows, pgx.RowToStructByName[aliasRow]); err != nil {
-			return fmt.Errorf("read pgcluster_aliases: %w", err)
-		}
-		return nil
-	})
+	nodes, aliases, err := readRegistry(ctx, conn)
 	if err != nil {
 		reloads.WithLabelValues(r.zone, "error").Inc()
 		return 0, err
@@ -200,6 +187,36 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		close(r.loaded)
 	}
 	return r.nextReload(ns), nil
+}
+
+// readRegistry reads both tables in one repeatable-read, read-only
+// transaction, sent as one batch: one round trip.
+func readRegistry(ctx context.Context, conn *pgx.Conn) ([]nodeRow, []aliasRow, error) {
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+	nq := b.Queue(nodesQuery)
+	aq := b.Queue(aliasesQuery)
+	b.Queue("COMMIT")
+	var nodes []nodeRow
+	var aliases []aliasRow
+	nq.Query(func(rows pgx.Rows) error {
+		var err error
+		if nodes, err = pgx.CollectRows(rows, pgx.RowToStructByName[nodeRow]); err != nil {
+			return fmt.Errorf("read pgcluster_nodes: %w", err)
+		}
+		return nil
+	})
+	aq.Query(func(rows pgx.Rows) error {
+		var err error
+		if aliases, err = pgx.CollectRows(rows, pgx.RowToStructByName[aliasRow]); err != nil {
+			return fmt.Errorf("read pgcluster_aliases: %w", err)
+		}
+		return nil
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, nil, err
+	}
+	return nodes, aliases, nil
 }
 
 // nextReload is the refresh interval, or sooner when a heartbeat will pass
