@@ -199,24 +199,23 @@ func readRegistry(ctx context.Context, conn *pgx.Conn) ([]nodeRow, []aliasRow, e
 	b.Queue("COMMIT")
 	var nodes []nodeRow
 	var aliases []aliasRow
-	nq.Query(func(rows pgx.Rows) error {
-		var err error
-		if nodes, err = pgx.CollectRows(rows, pgx.RowToStructByName[nodeRow]); err != nil {
-			return fmt.Errorf("read pgcluster_nodes: %w", err)
-		}
-		return nil
-	})
-	aq.Query(func(rows pgx.Rows) error {
-		var err error
-		if aliases, err = pgx.CollectRows(rows, pgx.RowToStructByName[aliasRow]); err != nil {
-			return fmt.Errorf("read pgcluster_aliases: %w", err)
-		}
-		return nil
-	})
+	nq.Query(collect(&nodes, "pgcluster_nodes"))
+	aq.Query(collect(&aliases, "pgcluster_aliases"))
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, err
 	}
 	return nodes, aliases, nil
+}
+
+// collect returns a batch callback that scans every row of table into dst.
+func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		var err error
+		if *dst, err = pgx.CollectRows(rows, pgx.RowToStructByName[T]); err != nil {
+			return fmt.Errorf("read %s: %w", table, err)
+		}
+		return nil
+	}
 }
 
 // nextReload is the refresh interval, or sooner when a heartbeat will pass
