@@ -1,0 +1,34 @@
+package discovery
+
+import (
+	"context"
+)
+
+// Result is a name resolved and its candidates ranked.
+type Result struct {
+	Answer
+	// Ranking holds every candidate, the reachable ones fastest first.
+	Ranking Ranking
+}
+
+// Best returns the fastest reachable candidate.
+func (r Result) Best() (Probed, bool) { return r.Ranking.Best() }
+
+// Discover resolves name and probes its candidates: the T3 step before a
+// connection. The error wraps ErrUnreachable when no candidate answered;
+// the Result then still tells what each one did.
+func (c *Client) Discover(ctx context.Context, name string) (Result, error) {
+	return c.discover(ctx, name, c.port, c.defaultPort)
+}
+
+func (c *Client) discover(ctx context.Context, name string, port, fallback uint16) (Result, error) {
+	ans, err := c.resolve(ctx, name, port, fallback)
+	if err != nil {
+		return Result{Answer: ans}, err
+	}
+	res := Result{Answer: ans, Ranking: c.Rank(ctx, ans.Candidates)}
+	if _, ok := res.Best(); !ok {
+		return res, unreachable(ans.Name, res.Ranking)
+	}
+	return res, nil
+}

@@ -1,0 +1,153 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// sqlStateReadOnly is read_only_sql_transaction: a write reached a standby,
+// typically through a connection opened to a primary since demoted.
+const sqlStateReadOnly = "25006"
+
+// errConnLost is reported to the Watcher when a pooled connection broke.
+var errConnLost = errors.New("discovery: pooled connection lost")
+
+// Pool is a pgxpool.Pool whose connections follow the DNS answer for its
+// host, kept current by a Watcher:
+//
+//   - new connections go to the fastest reachable node (Watcher.LookupFunc),
+//     without asking DNS on the connect path;
+//   - a connection whose node left the answer is never handed out again
+//     (PrepareConn), is closed when released (AfterRelease), and when idle
+//     is closed as soon as the Watcher sees the node leave (OnEvent);
+//   - a failed connection attempt, a connection that broke, and an error
+//     with SQLSTATE 25006 (read_only_sql_transaction: the node is no longer
+//     the primary) make the Watcher resolve again at once; the connection
+//     that got 25006 is closed.
+//
+// Point the pool at primary.CLUSTER for writes: after a failover the old
+// primary leaves that answer, its connections are closed and new ones reach
+// the new primary. Point it at CLUSTER or standby.CLUSTER for reads.
+type Pool struct {
+	*pgxpool.Pool
+	watcher *Watcher
+}
+
+// NewPool parses connString with pgxpool.ParseConfig and calls
+// NewPoolWithConfig.
+func (c *Client) NewPool(ctx context.Context, connString string, opts WatchOptions) (*Pool, error) {
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	return c.NewPoolWithConfig(ctx, cfg, opts)
+}
+
+// NewPoolWithConfig watches cfg's host and returns a pool wired to the
+// Watcher as Pool describes. The hooks already in cfg (DialFunc, OnPgError,
+// PrepareConn or BeforeAcquire, AfterRelease, BeforeClose) still run. ctx
+// bounds the first resolution, which must succeed, and pgxpool's own start.
+func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts WatchOptions) (*Pool, error) {
+	var pool atomic.Pointer[pgxpool.Pool]
+	onEvent := opts.OnEvent
+	opts.OnEvent = func(e Event) {
+		if onEvent != nil {
+			onEvent(e)
+		}
+		if p := pool.Load(); p != nil && e.Kind == Removed && !e.Primary {
+			closeIdle(p)
+		}
+	}
+	w, err := c.watch(ctx, cfg.ConnConfig.Host, c.port, cfg.ConnConfig.Port, opts)
+	if err != nil {
+		return nil, err
+	}
+	wirePool(cfg, w)
+	p, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	pool.Store(p)
+	return &Pool{Pool: p, watcher: w}, nil
+}
+
+// Watcher returns the Watcher the pool follows.
+func (p *Pool) Watcher() *Watcher { return p.watcher }
+
+// Close stops the Watcher and closes the pool.
+func (p *Pool) Close() {
+	p.watcher.Close()
+	p.Pool.Close()
+}
+
+// wirePool installs the Watcher's hooks in cfg, around the ones there.
+func wirePool(cfg *pgxpool.Config, w *Watcher) {
+	cc := &cfg.ConnConfig.Config
+	cc.LookupFunc = w.LookupFunc()
+	cc.DialFunc = w.DialFunc(cc.DialFunc)
+	onPgError := cc.OnPgError
+	cc.OnPgError = func(pc *pgconn.PgConn, pe *pgconn.PgError) bool {
+		keep := onPgError == nil || onPgError(pc, pe)
+		if pe.Code == sqlStateReadOnly {
+			w.ReportError(pe)
+			return false
+		}
+		return keep
+	}
+
+	prepare := cfg.PrepareConn
+	if before := cfg.BeforeAcquire; prepare == nil && before != nil {
+		prepare = func(ctx context.Context, conn *pgx.Conn) (bool, error) { return before(ctx, conn), nil }
+	}
+	cfg.BeforeAcquire = nil
+	cfg.PrepareConn = func(ctx context.Context, conn *pgx.Conn) (bool, error) {
+		if !w.serves(conn) {
+			return false, nil
+		}
+		if prepare != nil {
+			return prepare(ctx, conn)
+		}
+		return true, nil
+	}
+
+	release := cfg.AfterRelease
+	cfg.AfterRelease = func(conn *pgx.Conn) bool {
+		return w.serves(conn) && (release == nil || release(conn))
+	}
+
+	beforeClose := cfg.BeforeClose
+	cfg.BeforeClose = func(conn *pgx.Conn) {
+		if conn.IsClosed() {
+			w.ReportError(errConnLost) // it broke before the pool let it go
+		}
+		if beforeClose != nil {
+			beforeClose(conn)
+		}
+	}
+}
+
+// serves reports whether conn goes to a node in the current answer. A
+// connection that is not over TCP is not the Watcher's to judge.
+func (w *Watcher) serves(conn *pgx.Conn) bool {
+	addr, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return true
+	}
+	return w.Contains(addr.AddrPort())
+}
+
+// closeIdle closes the idle connections to nodes that left: acquiring them
+// runs PrepareConn, which refuses those, and pgxpool destroys what it
+// refuses; the others go back.
+func closeIdle(p *pgxpool.Pool) {
+	for _, c := range p.AcquireAllIdle(context.Background()) {
+		c.Release()
+	}
+}

@@ -1,0 +1,200 @@
+package discovery
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// ErrClosed is returned by a Watcher's methods after Close.
+var ErrClosed = errors.New("discovery: watcher closed")
+
+// Watcher keeps what a name resolves to current and reports every change.
+// It resolves the name again when the answer's TTL runs out, when
+// WatchOptions.Interval passes, when the caller reports an error or asks
+// for it, and when the answer for the primary's name changes. A failed
+// resolution keeps the previous answer. It is safe for concurrent use.
+type Watcher struct {
+	c        *Client
+	name     string
+	primary  string
+	port     uint16
+	fallback uint16
+	opts     WatchOptions
+
+	view   atomic.Pointer[view]
+	nudges chan Reason
+	cancel context.CancelFunc
+	done   chan struct{}
+	ranks  memo[struct{}, Ranking]
+
+	mu       sync.Mutex
+	started  uint64        // resolutions of the name begun
+	finished uint64        // and completed
+	lastErr  error         // of the last completed one
+	progress chan struct{} // closed and replaced when one completes
+}
+
+// view is one immutable state of the Watcher.
+type view struct {
+	answer  Answer
+	set     map[netip.AddrPort]bool
+	primary Answer
+}
+
+// Watch resolves name and keeps it current until Close. ctx bounds only the
+// first resolution, which must succeed (a name with no address is a success:
+// the Watcher starts empty and waits for nodes to appear).
+func (c *Client) Watch(ctx context.Context, name string, opts WatchOptions) (*Watcher, error) {
+	return c.watch(ctx, name, c.port, c.defaultPort, opts)
+}
+
+// watch is Watch with the port settings of resolve.
+func (c *Client) watch(ctx context.Context, name string, port, fallback uint16, opts WatchOptions) (*Watcher, error) {
+	if _, err := netip.ParseAddr(name); err != nil {
+		name = dns.Fqdn(name)
+	}
+	opts = opts.withDefaults()
+	w := &Watcher{
+		c:        c,
+		name:     name,
+		port:     port,
+		fallback: fallback,
+		opts:     opts,
+		nudges:   make(chan Reason, 1),
+		done:     make(chan struct{}),
+		progress: make(chan struct{}),
+	}
+	w.primary = opts.primaryName(w.name)
+	ans, err := w.resolve(ctx, w.name)
+	if err != nil {
+		return nil, err
+	}
+	v := &view{answer: ans, set: setOf(ans)}
+	var perr error
+	if w.primary != "" {
+		v.primary, perr = w.resolve(ctx, w.primary)
+	}
+	w.view.Store(v)
+	runCtx, cancel := context.WithCancel(context.Background())
+	w.cancel = cancel
+	go w.run(runCtx, perr)
+	return w, nil
+}
+
+// resolve resolves name; having no address is an answer, not an error.
+func (w *Watcher) resolve(ctx context.Context, name string) (Answer, error) {
+	ans, err := w.c.resolve(ctx, name, w.port, w.fallback)
+	if errors.Is(err, ErrNoAddress) {
+		return ans, nil
+	}
+	return ans, err
+}
+
+// Name returns the watched name, fully qualified.
+func (w *Watcher) Name() string { return w.name }
+
+// Answer returns the current answer.
+func (w *Watcher) Answer() Answer { return w.view.Load().answer }
+
+// Candidates returns the current candidates.
+func (w *Watcher) Candidates() []Candidate {
+	return append([]Candidate(nil), w.view.Load().answer.Candidates...)
+}
+
+// Primary returns the current answer for the primary's name; it is empty
+// when the primary is not watched.
+func (w *Watcher) Primary() []Candidate {
+	return append([]Candidate(nil), w.view.Load().primary.Candidates...)
+}
+
+// Contains reports whether addr is in the current answer.
+func (w *Watcher) Contains(addr netip.AddrPort) bool {
+	return w.view.Load().set[netip.AddrPortFrom(addr.Addr().Unmap(), addr.Port())]
+}
+
+// Rank returns the current candidates ranked by a probe round. The ranking
+// is computed when first asked for after each resolution or reported error,
+// and shared by concurrent callers. The error wraps ErrNoAddress when there
+// is no candidate and ErrUnreachable when none answered.
+func (w *Watcher) Rank(ctx context.Context) (Ranking, error) {
+	keep := func(Ranking) time.Duration { return w.opts.Interval }
+	return w.ranks.get(ctx, struct{}{}, keep, func(ctx context.Context) (Ranking, error) {
+		cands := w.view.Load().answer.Candidates
+		if len(cands) == 0 {
+			return nil, fmt.Errorf("%w for %s", ErrNoAddress, w.name)
+		}
+		r := w.c.Rank(ctx, cands)
+		if _, ok := r.Best(); !ok {
+			return r, unreachable(w.name, r)
+		}
+		return r, nil
+	})
+}
+
+// ReportError tells the Watcher that using one of its candidates failed
+// (a connection error, a read-only primary): it forgets its ranking and
+// resolves again as soon as MinInterval allows. A nil err is ignored.
+func (w *Watcher) ReportError(err error) {
+	if err == nil {
+		return
+	}
+	w.ranks.reset()
+	w.nudge(ReasonError)
+}
+
+// Refresh resolves the name again and waits for the outcome, which it
+// returns; on failure the previous answer is kept.
+func (w *Watcher) Refresh(ctx context.Context) error {
+	w.mu.Lock()
+	target := w.started + 1
+	w.mu.Unlock()
+	w.nudge(ReasonRefresh)
+	for {
+		w.mu.Lock()
+		if w.finished >= target {
+			err := w.lastErr
+			w.mu.Unlock()
+			return err
+		}
+		ch := w.progress
+		w.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-w.done:
+			return ErrClosed
+		}
+	}
+}
+
+// Close stops the Watcher and waits for its goroutine to end. OnEvent is not
+// called after Close returns.
+func (w *Watcher) Close() {
+	w.cancel()
+	<-w.done
+}
+
+// nudge asks the loop to resolve again; a nudge already pending covers it.
+func (w *Watcher) nudge(r Reason) {
+	select {
+	case w.nudges <- r:
+	default:
+	}
+}
+
+// setOf returns the addresses of ans as a set.
+func setOf(ans Answer) map[netip.AddrPort]bool {
+	set := make(map[netip.AddrPort]bool, len(ans.Candidates))
+	for _, c := range ans.Candidates {
+		set[c.Addr] = true
+	}
+	return set
+}

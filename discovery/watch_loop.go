@@ -1,0 +1,170 @@
+package discovery
+
+import (
+	"context"
+	"time"
+)
+
+// run is the Watcher's loop: wait for the earliest of the two schedules (the
+// name's and the primary's) or a nudge, resolve what is due, report changes.
+func (w *Watcher) run(ctx context.Context, primaryErr error) {
+	defer close(w.done)
+	v := w.view.Load()
+	w.emit(nil, v.answer.Candidates, false, ReasonInitial)
+	w.emit(nil, v.primary.Candidates, true, ReasonInitial)
+
+	var mainFails, primFails int
+	if primaryErr != nil {
+		primFails = 1
+		w.failed(primaryErr)
+	}
+	now := time.Now()
+	last := now
+	mainIn, mainWhy := w.opts.next(v.answer.TTL, 0)
+	primIn, _ := w.opts.next(v.primary.TTL, primFails)
+	nextMain, nextPrim := now.Add(mainIn), now.Add(primIn)
+	for {
+		due := nextMain
+		if w.primary != "" && nextPrim.Before(due) {
+			due = nextPrim
+		}
+		nudged, ok := w.wait(ctx, due, last)
+		if !ok {
+			return
+		}
+		now = time.Now()
+		why := nudged
+		if why == 0 {
+			why = mainWhy
+		}
+		doMain := nudged != 0 || !now.Before(nextMain)
+		if w.primary != "" && (nudged != 0 || !now.Before(nextPrim)) {
+			changed, err := w.resolvePrimary(ctx, why)
+			primFails = fails(primFails, err)
+			primIn, _ = w.opts.next(w.view.Load().primary.TTL, primFails)
+			nextPrim = now.Add(primIn)
+			if changed {
+				doMain, why = true, ReasonPrimary
+			}
+		}
+		if doMain {
+			mainFails = fails(mainFails, w.resolveMain(ctx, why))
+			mainIn, mainWhy = w.opts.next(w.view.Load().answer.TTL, mainFails)
+			last, nextMain = now, now.Add(mainIn)
+		}
+	}
+}
+
+// wait blocks until due or a nudge, which it returns (0 for due); a nudge is
+// held back until MinInterval after the last resolution. It returns false
+// when ctx ends.
+func (w *Watcher) wait(ctx context.Context, due, last time.Time) (Reason, bool) {
+	t := time.NewTimer(time.Until(due))
+	defer t.Stop()
+	var r Reason
+	select {
+	case <-ctx.Done():
+		return 0, false
+	case <-t.C:
+		return 0, true
+	case r = <-w.nudges:
+	}
+	hold := time.NewTimer(time.Until(last.Add(w.opts.MinInterval)))
+	defer hold.Stop()
+	select {
+	case <-ctx.Done():
+		return 0, false
+	case <-hold.C:
+		return r, true
+	}
+}
+
+// resolveMain resolves the watched name, publishes the answer and reports
+// the changes.
+func (w *Watcher) resolveMain(ctx context.Context, why Reason) error {
+	w.mu.Lock()
+	w.started++
+	w.mu.Unlock()
+
+	ans, err := w.resolve(ctx, w.name)
+	if err == nil {
+		old := w.view.Load()
+		w.view.Store(&view{answer: ans, set: setOf(ans), primary: old.primary})
+		w.ranks.reset()
+		w.emit(old.answer.Candidates, ans.Candidates, false, why)
+	} else if ctx.Err() == nil {
+		w.failed(err)
+	}
+
+	w.mu.Lock()
+	w.finished++
+	w.lastErr = err
+	close(w.progress)
+	w.progress = make(chan struct{})
+	w.mu.Unlock()
+	return err
+}
+
+// resolvePrimary resolves the primary's name, publishes the answer and
+// reports whether it changed.
+func (w *Watcher) resolvePrimary(ctx context.Context, why Reason) (bool, error) {
+	ans, err := w.resolve(ctx, w.primary)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.failed(err)
+		}
+		return false, err
+	}
+	old := w.view.Load()
+	w.view.Store(&view{answer: old.answer, set: old.set, primary: ans})
+	return w.emit(old.primary.Candidates, ans.Candidates, true, why), nil
+}
+
+// emit reports the candidates that left (in old order) then those that
+// joined (in new order), and whether there were any.
+func (w *Watcher) emit(old, cur []Candidate, primary bool, why Reason) bool {
+	changed := false
+	for _, c := range old {
+		if !containsAddr(cur, c) {
+			changed = true
+			w.event(Event{Kind: Removed, Candidate: c, Primary: primary, Reason: why})
+		}
+	}
+	for _, c := range cur {
+		if !containsAddr(old, c) {
+			changed = true
+			w.event(Event{Kind: Added, Candidate: c, Primary: primary, Reason: why})
+		}
+	}
+	return changed
+}
+
+func (w *Watcher) event(e Event) {
+	if w.opts.OnEvent != nil {
+		w.opts.OnEvent(e)
+	}
+}
+
+func (w *Watcher) failed(err error) {
+	if w.opts.OnError != nil {
+		w.opts.OnError(err)
+	}
+}
+
+// containsAddr reports whether cs holds c's address.
+func containsAddr(cs []Candidate, c Candidate) bool {
+	for _, x := range cs {
+		if x.Addr == c.Addr {
+			return true
+		}
+	}
+	return false
+}
+
+// fails counts failures in a row.
+func fails(n int, err error) int {
+	if err != nil {
+		return n + 1
+	}
+	return 0
+}

@@ -1,0 +1,92 @@
+package discovery
+
+import (
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+const (
+	// DefaultWatchInterval is how often a Watcher resolves again when the
+	// TTL is longer or unknown.
+	DefaultWatchInterval = 30 * time.Second
+	// DefaultMinInterval is the shortest time between two resolutions.
+	DefaultMinInterval = 500 * time.Millisecond
+
+	// maxRetryInterval caps the backoff after failed resolutions.
+	maxRetryInterval = 5 * time.Second
+)
+
+// roleLabels are the first labels of names that already select nodes by
+// role; their primary is not watched.
+var roleLabels = []string{"primary", "standby", "replica", "prefer-standby"}
+
+// WatchOptions configures a Watcher. The zero value is ready to use.
+type WatchOptions struct {
+	// Interval is the longest time between two resolutions, whatever the
+	// TTL; DefaultWatchInterval when zero.
+	Interval time.Duration
+	// MinInterval is the shortest time between two resolutions, whatever
+	// the TTL or the number of errors reported; DefaultMinInterval when zero.
+	MinInterval time.Duration
+	// Primary is the name whose answer is watched for a primary switch;
+	// when it changes the watched name is resolved again at once. When
+	// empty it is "primary." + the watched name, unless that name's first
+	// label already is a role (primary, standby, replica, prefer-standby).
+	Primary string
+	// IgnorePrimary turns the primary watch off.
+	IgnorePrimary bool
+	// OnEvent is called for every candidate that joins or leaves, in order,
+	// from the Watcher's goroutine; the first resolution reports each
+	// candidate as Added with ReasonInitial. It must return quickly and must
+	// not call Refresh or Close.
+	OnEvent func(Event)
+	// OnError is called, from the Watcher's goroutine, when a resolution
+	// fails. The Watcher keeps the previous answer and tries again with a
+	// backoff from MinInterval up to 5 seconds.
+	OnError func(error)
+}
+
+// withDefaults fills in the zero fields.
+func (o WatchOptions) withDefaults() WatchOptions {
+	if o.Interval <= 0 {
+		o.Interval = DefaultWatchInterval
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = DefaultMinInterval
+	}
+	o.MinInterval = min(o.MinInterval, o.Interval)
+	return o
+}
+
+// primaryName returns the name watched for a primary switch of name, or ""
+// for none.
+func (o WatchOptions) primaryName(name string) string {
+	switch {
+	case o.IgnorePrimary:
+		return ""
+	case o.Primary != "":
+		return dns.Fqdn(o.Primary)
+	}
+	first, _, _ := strings.Cut(name, ".")
+	for _, l := range roleLabels {
+		if strings.EqualFold(first, l) {
+			return ""
+		}
+	}
+	return "primary." + name
+}
+
+// next returns when to resolve again after an answer with ttl, or after
+// failures failed resolutions in a row, and why.
+func (o WatchOptions) next(ttl time.Duration, failures int) (time.Duration, Reason) {
+	if failures > 0 {
+		d := o.MinInterval << min(failures-1, 16)
+		return min(d, o.Interval, maxRetryInterval), ReasonRetry
+	}
+	if ttl < o.Interval {
+		return max(ttl, o.MinInterval), ReasonTTL
+	}
+	return o.Interval, ReasonTimer
+}
