@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
 // zone is the zone the demo serves.
@@ -63,6 +65,29 @@ ON CONFLICT (alias) DO UPDATE SET target = EXCLUDED.target`, a[0], a[1]); err !=
 		}
 		return nil
 	})
+}
+
+// startNodes starts a real PostgreSQL server for each demo node, listening on
+// the node's own loopback address and port, so that clients (pgdiscover,
+// psql) reach them through the zone. A node whose server cannot start (its
+// port taken by a PostgreSQL listening on every address, say) stays in the
+// registry without a server, and w says so.
+func startNodes(w io.Writer) []*pgtest.Postgres {
+	var started []*pgtest.Postgres
+	for _, n := range demoNodes {
+		pg, err := pgtest.Start(pgtest.Options{Port: n.port, Settings: map[string]string{"listen_addresses": n.address}})
+		if err != nil {
+			fmt.Fprintf(w, "demo: node %s has no server at %s:%d: %v\n", n.name, n.address, n.port, firstLine(err))
+			continue
+		}
+		started = append(started, pg)
+	}
+	return started
+}
+
+func firstLine(err error) string {
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	return s
 }
 
 // corefileConfig is what the demo Corefile varies on.

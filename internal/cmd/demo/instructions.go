@@ -27,6 +27,12 @@ Try:
   %[9]sSRV _postgresql._tcp.local.%[1]s
   %[9]sTXT pg2.local.%[1]s
 
+Each node is a real PostgreSQL server on its own address. Find the fastest,
+and follow the topology as it changes:
+  bin/pgdiscover -dns 127.0.0.1:%[2]d -v prod.%[1]s
+  bin/pgdiscover -dns 127.0.0.1:%[2]d -watch -v primary.prod.%[1]s
+  psql -h "$(bin/pgdiscover -dns 127.0.0.1:%[2]d primary.prod.%[1]s | cut -d: -f1)" -U postgres -c 'SELECT inet_server_addr()'
+
 Fail over from pg1 to pg2: in one terminal watch the primary,
   watch -n1 %[9]s+short primary.prod.%[1]s
 and in another promote pg2 (one statement, so two primaries are never seen):

@@ -97,6 +97,11 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("write the demo registry: %w", err)
 	}
 
+	fmt.Println("demo: starting a PostgreSQL server for each node")
+	for _, n := range startNodes(os.Stdout) {
+		defer n.Close()
+	}
+
 	conf := filepath.Join(tmp, "Corefile")
 	err = os.WriteFile(conf, []byte(corefile(corefileConfig{port: o.port, ready: o.ready, metrics: o.metrics, dsn: dsn})), 0o644)
 	if err != nil {
