@@ -29,7 +29,8 @@ var errConnLost = errors.New("discovery: pooled connection lost")
 //   - a failed connection attempt, a connection that broke, and an error
 //     with SQLSTATE 25006 (read_only_sql_transaction: the node is no longer
 //     the primary) make the Watcher resolve again at once; the connection
-//     that got 25006 is closed.
+//     that got 25006 is closed, and new connections wait for that
+//     resolution instead of going back to the old primary.
 //
 // Point the pool at primary.CLUSTER for writes: after a failover the old
 // primary leaves that answer, its connections are closed and new ones reach

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/miekg/dns"
 )
 
@@ -39,6 +40,7 @@ type Watcher struct {
 	finished uint64        // and completed
 	lastErr  error         // of the last completed one
 	progress chan struct{} // closed and replaced when one completes
+	stale    uint64        // LookupFunc waits until finished reaches it
 }
 
 // view is one immutable state of the Watcher.
@@ -141,9 +143,19 @@ func (w *Watcher) Rank(ctx context.Context) (Ranking, error) {
 // ReportError tells the Watcher that using one of its candidates failed
 // (a connection error, a read-only primary): it forgets its ranking and
 // resolves again as soon as MinInterval allows. A nil err is ignored.
+//
+// An error with SQLSTATE 25006 (read_only_sql_transaction) means the answer
+// itself is out of date — the node is no longer the primary, and a probe
+// cannot tell — so until that resolution completes, LookupFunc waits for it
+// rather than send new connections back to the node.
 func (w *Watcher) ReportError(err error) {
 	if err == nil {
 		return
+	}
+	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == sqlStateReadOnly {
+		w.mu.Lock()
+		w.stale = max(w.stale, w.started+1)
+		w.mu.Unlock()
 	}
 	w.ranks.reset()
 	w.nudge(ReasonError)
@@ -156,21 +168,41 @@ func (w *Watcher) Refresh(ctx context.Context) error {
 	target := w.started + 1
 	w.mu.Unlock()
 	w.nudge(ReasonRefresh)
+	resErr, err := w.await(ctx, target)
+	if err != nil {
+		return err
+	}
+	return resErr
+}
+
+// awaitFresh waits until no resolution asked for by a read-only error is
+// pending. Its outcome does not matter: a failed one keeps the answer.
+func (w *Watcher) awaitFresh(ctx context.Context) error {
+	w.mu.Lock()
+	target := w.stale
+	w.mu.Unlock()
+	_, err := w.await(ctx, target)
+	return err
+}
+
+// await waits until the resolution numbered target has completed and
+// returns its outcome, or why it stopped waiting.
+func (w *Watcher) await(ctx context.Context, target uint64) (outcome, err error) {
 	for {
 		w.mu.Lock()
 		if w.finished >= target {
-			err := w.lastErr
+			outcome := w.lastErr
 			w.mu.Unlock()
-			return err
+			return outcome, nil
 		}
 		ch := w.progress
 		w.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return context.Cause(ctx)
+			return nil, context.Cause(ctx)
 		case <-w.done:
-			return ErrClosed
+			return nil, ErrClosed
 		}
 	}
 }

@@ -12,12 +12,17 @@ import (
 // DNS server: it returns the current candidates that answered the last
 // probe round, fastest first (see Rank). With no candidate it first waits
 // for a fresh resolution; when none answers it reports the error, so the
-// Watcher resolves again. Other names go through the Client's LookupFunc.
+// Watcher resolves again. After a read-only error (see ReportError) it
+// first waits for the resolution that error asked for. Other names go
+// through the Client's LookupFunc.
 func (w *Watcher) LookupFunc() pgconn.LookupFunc {
 	other := w.c.lookupFunc(w.fallback)
 	return func(ctx context.Context, host string) ([]string, error) {
 		if !equalName(dns.Fqdn(host), w.name) {
 			return other(ctx, host)
+		}
+		if err := w.awaitFresh(ctx); err != nil {
+			return nil, err
 		}
 		if len(w.view.Load().answer.Candidates) == 0 {
 			if err := w.Refresh(ctx); err != nil {

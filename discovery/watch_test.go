@@ -1,9 +1,13 @@
 package discovery
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgcluster/pgcluster/discovery/discoverytest"
 )
@@ -92,6 +96,42 @@ func TestWatchReportError(t *testing.T) {
 	t.Logf("re-resolved %s after the error report", took)
 	if e.Reason != ReasonError {
 		t.Errorf("reason %s, want error", e.Reason)
+	}
+}
+
+// After a read-only error (SQLSTATE 25006: the primary was demoted),
+// LookupFunc waits for the resolution the error asked for instead of
+// sending a new connection back to the old primary; after another error it
+// does not wait (a probe round tells which nodes answer).
+func TestWatcherLookupFuncAfterReadOnly(t *testing.T) {
+	c := newCluster(t, 0, 0)
+	c.dns.SetTTL(3600)
+	w, _ := watch(t, c.client(t, Config{}), "primary.local.pgcluster.lan",
+		WatchOptions{Interval: time.Hour, MinInterval: time.Second})
+	lookup := w.LookupFunc()
+	old, next := c.nodes[0].Addr.String(), c.nodes[1].Addr.String()
+
+	// The switch, unseen until the Watcher resolves again.
+	c.nodes[0].Role, c.nodes[1].Role = "standby", "primary"
+	c.publish()
+	w.ReportError(errors.New("connection reset"))
+	if got, err := lookup(t.Context(), "primary.local.pgcluster.lan"); err != nil || len(got) != 1 || got[0] != old {
+		t.Fatalf("after a connection error: %v, %v; want %s at once (MinInterval 1s holds the resolution back)", got, err, old)
+	}
+	start := time.Now()
+	w.ReportError(fmt.Errorf("write: %w", &pgconn.PgError{Code: "25006"}))
+	got, err := lookup(t.Context(), "primary.local.pgcluster.lan")
+	if err != nil || len(got) != 1 || got[0] != next {
+		t.Fatalf("after a read-only error: %v, %v; want the new primary %s", got, err, next)
+	}
+	t.Logf("the lookup waited %s for the resolution (MinInterval 1s)", time.Since(start))
+
+	// A lookup whose context ends while it waits gives up.
+	w.ReportError(&pgconn.PgError{Code: "25006"})
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := lookup(ctx, "primary.local.pgcluster.lan"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("lookup with a short deadline while waiting: %v, want the deadline", err)
 	}
 }
 
