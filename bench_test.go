@@ -73,3 +73,19 @@ func BenchmarkServeDNS(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApply is the work a registry reload does after the query: build
+// the snapshot, swap it in, update metrics.
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{3, 200} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			p := &PgCluster{}
+			pb := &publisher{p: p, zones: []string{testZone}, ttl: 5}
+			nodes := benchNodes(n)
+			b.ReportAllocs()
+			for b.Loop() {
+				pb.apply(nodes, testAliases)
+			}
+		})
+	}
+}

@@ -159,7 +159,7 @@ func build(in buildInput) *snapshot {
 	}
 	s.addEmptyNonTerminals(in.zones)
 	s.link()
-	s.hash = s.contentHash()
+	s.hash = contentHash(clusters, aliases)
 	return s
 }
 
@@ -479,26 +479,19 @@ func (s *snapshot) link() {
 	}
 }
 
-// contentHash fingerprints every record, so the serial changes only when the
+// contentHash fingerprints what the records are made of: every served row
+// with its verdict, and every alias. With the instance's own settings fixed,
+// equal hashes mean equal records, so the serial changes only when the
 // content does.
-func (s *snapshot) contentHash() uint64 {
-	owners := make([]string, 0, len(s.names))
-	for n := range s.names {
-		owners = append(owners, n)
-	}
-	sort.Strings(owners)
+func contentHash(clusters []*cluster, aliases []resolvedAlias) uint64 {
 	h := fnv.New64a()
-	for _, n := range owners {
-		e := s.names[n]
-		h.Write([]byte(n))
-		for _, rrs := range [][]dns.RR{e.a, e.aaaa, e.txt, e.srv, e.ns} {
-			for _, rr := range rrs {
-				h.Write([]byte(rr.String()))
-			}
+	for _, c := range clusters {
+		for _, m := range c.members {
+			fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason)
 		}
-		if e.cname != nil {
-			h.Write([]byte(e.cname.String()))
-		}
+	}
+	for _, a := range aliases {
+		fmt.Fprintf(h, "%s>%s\n", a.alias, a.target)
 	}
 	return h.Sum64()
 }
