@@ -60,6 +60,19 @@ func StartCoreDNS(t testing.TB, corefile string) *Server {
 	return s
 }
 
+// Restart replaces the server's Corefile as the reload plugin does: the old
+// instance's shutdown callbacks run, the new one starts on the same listeners.
+func (s *Server) Restart(corefile string) error {
+	caddyMu.Lock()
+	defer caddyMu.Unlock()
+	inst, err := s.inst.Restart(caddyInput(corefile))
+	if err != nil {
+		return err
+	}
+	s.inst = inst
+	return nil
+}
+
 // Stop stops the server; a second call does nothing.
 func (s *Server) Stop() {
 	if s.inst != nil {

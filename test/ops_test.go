@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
@@ -107,4 +108,49 @@ func TestStaleAfter(t *testing.T) {
 	}
 	pg.MustExec(t, "UPDATE pgcluster_nodes SET heartbeat = now() WHERE name = 'pg2'")
 	Eventually(t, 5*time.Second, func() error { return hasAddr(s, "local."+Zone, "192.0.2.12") })
+}
+
+// TestCorefileReload restarts the server with a changed Corefile, as the
+// reload plugin does: the old registry follower stops, the new one serves
+// the new settings.
+func TestCorefileReload(t *testing.T) {
+	pg := Registry(t)
+	pg.MustExec(t, demoRegistry)
+	port, _ := pgtest.FreePort()
+	corefile := func(ttl int) string {
+		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n pgcluster {\n  postgres %s\n  ttl %d\n }\n}\n", Zone, port, pg.DSN(""), ttl)
+	}
+	s := StartCoreDNS(t, corefile(5))
+	ttl := func() uint32 {
+		r := MustQuery(t, "udp", s.UDP, "local."+Zone, dns.TypeA)
+		if len(r.Answer) == 0 {
+			t.Fatalf("no answer: %v", r)
+		}
+		return r.Answer[0].Header().Ttl
+	}
+	if got := ttl(); got != 5 {
+		t.Fatalf("TTL %d, want 5", got)
+	}
+	if err := s.Restart(corefile(7)); err != nil {
+		t.Fatal(err)
+	}
+	if got := ttl(); got != 7 {
+		t.Errorf("after the reload: TTL %d, want 7", got)
+	}
+	// The new instance follows the registry, and the old one let go of it.
+	pg.MustExec(t, "UPDATE pgcluster_nodes SET address = '192.0.2.41' WHERE name = 'pg1'")
+	Eventually(t, 5*time.Second, func() error { return hasAddr(s, "pg1.local."+Zone, "192.0.2.41") })
+	Eventually(t, 5*time.Second, func() error {
+		conn, err := pgx.Connect(Ctx(t), pg.DSN(""))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(Ctx(t))
+		var n int
+		err = conn.QueryRow(Ctx(t), "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coredns-pgcluster'").Scan(&n)
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d registry connections, want 1", n)
+		}
+		return err
+	})
 }
