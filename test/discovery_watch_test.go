@@ -1,16 +1,15 @@
 package test
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pgcluster/pgcluster/discovery/discoverytest"
 )
 
 // TestDiscoverWatch runs the real pgdiscover -watch against the real plugin
@@ -36,46 +35,14 @@ func TestDiscoverWatch(t *testing.T) {
 		t.Fatalf("go build ./cmd/pgdiscover: %v\n%s", buildErr, buildOut)
 	}
 
-	cmd := exec.Command(bin, "-dns", s.UDP, "-watch", "prod.pgcluster.lan")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waited := false
-	t.Cleanup(func() {
-		if !waited {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	// next returns the next line, failing the test after timeout.
-	next := func(timeout time.Duration, waitingFor string) string {
+	w := discoverytest.StartLines(t, exec.Command(bin, "-dns", s.UDP, "-watch", "prod.pgcluster.lan"))
+	next := func(timeout time.Duration, awaiting string) string {
 		t.Helper()
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				cmd.Wait()
-				waited = true
-				t.Fatalf("pgdiscover ended while waiting for %s; stderr: %s", waitingFor, stderr.String())
-			}
-			return l
-		case <-time.After(timeout):
-			t.Fatalf("no %s within %v", waitingFor, timeout)
+		l, err := w.Next(timeout, awaiting)
+		if err != nil {
+			t.Fatal(err)
 		}
-		return ""
+		return l
 	}
 
 	var serving []string
@@ -112,15 +79,11 @@ func TestDiscoverWatch(t *testing.T) {
 	}
 	t.Logf("COMMIT -> line over %d changes: max %v", len(lat), slices.Max(lat).Round(time.Millisecond))
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	for l := range lines {
+	rest, err := w.Stop()
+	for _, l := range rest {
 		t.Errorf("unexpected line %q", l)
 	}
-	err = cmd.Wait()
-	waited = true
 	if err != nil {
-		t.Errorf("pgdiscover -watch after SIGINT: %v; stderr: %s", err, stderr.String())
+		t.Errorf("pgdiscover -watch after SIGINT: %v; stderr: %s", err, w.Stderr())
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -227,44 +225,24 @@ func TestUsage(t *testing.T) {
 func TestWatch(t *testing.T) {
 	s, nodes := cluster(t, 0, 0, 0)
 	s.SetTTL(1)
-	cmd := exec.Command(binary, "-dns", s.Addr, "-watch", "local.pgcluster.lan")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var errOut bytes.Buffer
-	cmd.Stderr = &errOut
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	lines := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
+	w := discoverytest.StartLines(t, exec.Command(binary, "-dns", s.Addr, "-watch", "local.pgcluster.lan"))
 	await := func(want string) time.Duration {
 		t.Helper()
 		start := time.Now()
-		deadline := time.After(15 * time.Second)
 		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("pgdiscover ended before %q; stderr: %s", want, errOut.String())
-				}
-				if l == want {
-					return time.Since(start)
-				}
-			case <-deadline:
-				t.Fatalf("no %q line within 15s", want)
+			l, err := w.Next(15*time.Second, fmt.Sprintf("%q line", want))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l == want {
+				return time.Since(start)
 			}
 		}
 	}
-	first := <-lines
+	first, err := w.Next(15*time.Second, "first line")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !strings.HasPrefix(first, "127.0.0.1:") {
 		t.Fatalf("first line %q, want the chosen ip:port", first)
 	}
@@ -282,10 +260,7 @@ func TestWatch(t *testing.T) {
 	took = await("+ " + pg.Addr.String())
 	t.Logf("addition printed after %s", took)
 
-	cmd.Process.Signal(syscall.SIGINT)
-	for range lines {
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("pgdiscover -watch after SIGINT: %v; stderr: %s", err, errOut.String())
+	if _, err := w.Stop(); err != nil {
+		t.Errorf("pgdiscover -watch after SIGINT: %v; stderr: %s", err, w.Stderr())
 	}
 }
