@@ -61,7 +61,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m.Authoritative = true
 	m.Rcode = p.answer(m, e, state.QType())
 	if negative(m, state.QType()) {
-		m.Ns = []dns.RR{snap.zones[zone].soa}
+		m.Ns = []dns.RR{snap.names[zone].soa}
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil

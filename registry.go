@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,7 +42,6 @@ type registry struct {
 	// apply receives every successful load.
 	apply func(nodes []Node, aliases []Alias)
 
-	up      atomic.Bool
 	wasUp   bool // last state logged, touched only by run's goroutine
 	lastErr string
 	loaded  chan struct{} // closed after the first successful load
@@ -234,7 +232,6 @@ func (r *registry) nextReload(nodes []Node) time.Duration {
 }
 
 func (r *registry) setUp() {
-	r.up.Store(true)
 	registryUp.WithLabelValues(r.zone).Set(1)
 	if !r.wasUp {
 		log.Infof("Registry %s reachable again: listening and reloaded in full", redact(r.dsn))
@@ -243,7 +240,6 @@ func (r *registry) setUp() {
 }
 
 func (r *registry) setDown(err error) {
-	r.up.Store(false)
 	registryUp.WithLabelValues(r.zone).Set(0)
 	msg := err.Error()
 	if r.wasUp || msg != r.lastErr {

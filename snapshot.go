@@ -80,11 +80,6 @@ type entry struct {
 	next   *entry // entry of target
 }
 
-// zone is the apex data of one zone.
-type zone struct {
-	soa *dns.SOA
-}
-
 // clusterStat is what metrics and logs report of one cluster.
 type clusterStat struct {
 	serving, out int
@@ -95,7 +90,7 @@ type clusterStat struct {
 // path reads it without locks; a change publishes a new one.
 type snapshot struct {
 	names    map[string]*entry
-	zones    map[string]*zone
+	zones    []string
 	serial   uint32
 	hash     uint64
 	loadedAt time.Time
@@ -139,7 +134,7 @@ type cluster struct {
 func build(in buildInput) *snapshot {
 	s := &snapshot{
 		names:    make(map[string]*entry),
-		zones:    make(map[string]*zone),
+		zones:    in.zones,
 		clusters: make(map[string]clusterStat),
 		verdicts: make(map[string]string),
 	}
@@ -155,7 +150,6 @@ func build(in buildInput) *snapshot {
 		for _, a := range aliases {
 			b.alias(a.alias, a.target, a.final)
 		}
-		s.zones[z] = &zone{}
 	}
 	s.addEmptyNonTerminals(in.zones)
 	s.link()
@@ -496,11 +490,11 @@ func contentHash(clusters []*cluster, aliases []resolvedAlias) uint64 {
 	return h.Sum64()
 }
 
-// setSerial writes the SOA records of every zone with serial.
+// setSerial writes the SOA record of every zone apex with serial.
 func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	s.serial = serial
-	for z, zd := range s.zones {
-		zd.soa = &dns.SOA{
+	for _, z := range s.zones {
+		s.names[z].soa = &dns.SOA{
 			Hdr:     dns.RR_Header{Name: z, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
 			Ns:      labelNS + "." + z,
 			Mbox:    "hostmaster." + z,
@@ -510,7 +504,6 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 			Expire:  86400,
 			Minttl:  ttl,
 		}
-		s.names[z].soa = zd.soa
 	}
 }
 
