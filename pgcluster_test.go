@@ -337,3 +337,21 @@ func addrsOf(e *entry) string {
 	}
 	return strings.Join(out, " ")
 }
+
+// A free-text role that is long or not ASCII must not break the TXT answer
+// (found by FuzzBuild).
+func TestOddRoleTXT(t *testing.T) {
+	n := node("local", "pg1", "192.0.2.1", strings.Repeat("\x9f\"\\x", 100))
+	p := newTestPlugin(buildInput{nodes: []Node{n}})
+	m := new(dns.Msg)
+	m.SetQuestion("pg1.local.pgcluster.lan.", dns.TypeTXT)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	p.ServeDNS(context.Background(), rec, m)
+	if _, err := rec.Msg.Pack(); err != nil {
+		t.Fatalf("TXT answer does not pack: %v", err)
+	}
+	// Lower-casing turns the invalid byte \x9f into U+FFFD, three bytes.
+	if txt := rec.Msg.Answer[0].(*dns.TXT).Txt[1]; txt != "role="+strings.Repeat("?????x", 10)+"???" {
+		t.Errorf("role shown as %q", txt)
+	}
+}

@@ -189,7 +189,7 @@ func (s *snapshot) validateNodes(in buildInput) []*cluster {
 			continue
 		}
 		seen[cl+"/"+nl] = true
-		n.Cluster, n.Name, n.Role = cl, nl, strings.ToLower(n.Role)
+		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(n.Role), maxRole)
 		c := byName[cl]
 		if c == nil {
 			c = &cluster{name: cl}
@@ -524,6 +524,22 @@ func nodeTXT(m *member, primaries int) []string {
 		fmt.Sprintf("port=%d", m.Port),
 		"reason=" + reason,
 	}
+}
+
+// maxRole bounds the role shown in TXT records: the column is free text.
+const maxRole = 63
+
+// printable returns s cut to max bytes, with every byte that is not
+// printable ASCII, and the TXT escape characters \ and ", replaced by '?',
+// so that a TXT string made from it always packs.
+func printable(s string, max int) string {
+	b := []byte(s[:min(len(s), max)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e || c == '\\' || c == '"' {
+			b[i] = '?'
+		}
+	}
+	return string(b)
 }
 
 // isLabel reports whether s is a host name label: letters, digits and inner
