@@ -147,7 +147,7 @@ func TestDiscoveryPool(t *testing.T) {
 	committed := time.Now()
 	Eventually(t, 10*time.Second, func() error {
 		if reader.Watcher().Contains(addrPort(gone)) {
-			return errorf("the read pool's Watcher still has %s", gone.name)
+			return fmt.Errorf("the read pool's Watcher still has %s", gone.name)
 		}
 		return nil
 	})
@@ -178,10 +178,10 @@ func TestDiscoveryPool(t *testing.T) {
 	primary.pg.MustExec(t, "SELECT pg_reload_conf()")
 	Eventually(t, 10*time.Second, func() error {
 		if w := writer.Watcher(); w.Contains(addrPort(primary)) || !w.Contains(addrPort(next)) {
-			return errorf("the write pool's Watcher has %v", w.Candidates())
+			return fmt.Errorf("the write pool's Watcher has %v", w.Candidates())
 		}
 		if w := reader.Watcher(); w.Contains(addrPort(next)) || !w.Contains(addrPort(primary)) {
-			return errorf("the read pool's Watcher has %v", w.Candidates())
+			return fmt.Errorf("the read pool's Watcher has %v", w.Candidates())
 		}
 		return nil
 	})
@@ -208,9 +208,9 @@ func TestDiscoveryPool(t *testing.T) {
 	Eventually(t, 10*time.Second, func() error {
 		switch {
 		case writerDNSErrors.Load() == wErrs || readerDNSErrors.Load() == rErrs:
-			return errorf("the Watchers have not tried DNS since it stopped")
+			return fmt.Errorf("the Watchers have not tried DNS since it stopped")
 		case writer.Stat().NewConnsCount() == wConns || reader.Stat().NewConnsCount() == rConns:
-			return errorf("the pools have not reconnected since the reset")
+			return fmt.Errorf("the pools have not reconnected since the reset")
 		}
 		return nil
 	})
@@ -279,7 +279,7 @@ func awaitNoConns(t *testing.T, n dbNode, app string) {
 	Eventually(t, 10*time.Second, func() error {
 		c := queryString(t, n, "SELECT count(*) FROM pg_stat_activity WHERE application_name = '"+app+"'")
 		if c != "0" {
-			return errorf("%s still has %s connections from the %s pool", n.name, c, app)
+			return fmt.Errorf("%s still has %s connections from the %s pool", n.name, c, app)
 		}
 		return nil
 	})
@@ -308,7 +308,7 @@ func awaitQueries(t *testing.T, n, phase int, tallies ...*tally) {
 	Eventually(t, 20*time.Second, func() error {
 		for _, tl := range tallies {
 			if got := tl.successes(phase); got < n {
-				return errorf("%s: %d queries in phase %s, want %d", tl.name, got, phaseNames[phase], n)
+				return fmt.Errorf("%s: %d queries in phase %s, want %d", tl.name, got, phaseNames[phase], n)
 			}
 		}
 		return nil

@@ -145,5 +145,3 @@ type caddyInput string
 func (c caddyInput) Body() []byte       { return []byte(c) }
 func (c caddyInput) Path() string       { return "Corefile" }
 func (c caddyInput) ServerType() string { return "dns" }
-
-func errorf(format string, a ...any) error { return fmt.Errorf(format, a...) }

@@ -140,14 +140,15 @@ func TestCorefileReload(t *testing.T) {
 	// The new instance follows the registry, and the old one let go of it.
 	pg.MustExec(t, "UPDATE pgcluster_nodes SET address = '192.0.2.41' WHERE name = 'pg1'")
 	Eventually(t, 5*time.Second, func() error { return hasAddr(s, "pg1.local."+Zone, "192.0.2.41") })
+	ctx := Ctx(t)
 	Eventually(t, 5*time.Second, func() error {
-		conn, err := pgx.Connect(Ctx(t), pg.DSN(""))
+		conn, err := pgx.Connect(ctx, pg.DSN(""))
 		if err != nil {
 			return err
 		}
-		defer conn.Close(Ctx(t))
+		defer conn.Close(ctx)
 		var n int
-		err = conn.QueryRow(Ctx(t), "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coredns-pgcluster'").Scan(&n)
+		err = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coredns-pgcluster'").Scan(&n)
 		if err == nil && n != 1 {
 			err = fmt.Errorf("%d registry connections, want 1", n)
 		}
