@@ -25,7 +25,7 @@ type PgCluster struct {
 
 	ttl  uint32
 	snap atomic.Pointer[snapshot]
-	// rotate turns the order of A and AAAA records, one step per query.
+	// rotate turns the order of A, AAAA and SRV records, one step per query.
 	rotate atomic.Uint32
 
 	reg *registry
@@ -39,13 +39,24 @@ var errNotLoaded = errors.New("registry not loaded yet")
 func (p *PgCluster) Name() string { return "pgcluster" }
 
 // ServeDNS implements plugin.Handler. It reads the current snapshot and
-// answers from it: no lock, no I/O.
+// answers from it: no lock, no I/O. Nothing of the snapshot goes into the
+// reply uncopied, since the writers after it append to, truncate and rewrite
+// the reply.
 func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
 	zone := plugin.Zones(p.Zones).Matches(qname)
 	if zone == "" {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
+	}
+	// NOTIFY is the only other opcode miekg/dns lets through; this zone is
+	// no secondary of anything. Without the transfer plugin, CoreDNS's file
+	// plugin refuses zone transfers; so does this one.
+	if r.Opcode != dns.OpcodeQuery {
+		return dns.RcodeNotImplemented, nil
+	}
+	if qt := state.QType(); qt == dns.TypeAXFR || qt == dns.TypeIXFR {
+		return dns.RcodeRefused, nil
 	}
 	snap := p.snap.Load()
 	if snap == nil {
@@ -59,17 +70,20 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	m.Rcode = p.answer(m, e, state.QType())
+	b := newBudget(state)
+	m.Rcode = p.answer(m, &b, e, state.QType())
+	// A UDP client that got part of the records may ask again over TCP.
+	m.Truncated = b.partial && state.Proto() == "udp"
 	if negative(m, state.QType()) {
-		m.Ns = []dns.RR{snap.names[zone].soa}
+		m.Ns = []dns.RR{copyRR(snap.names[zone].soa)}
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
 }
 
-// answer fills m with the records of e for qtype, following CNAMEs, and
-// returns the response code.
-func (p *PgCluster) answer(m *dns.Msg, e *entry, qtype uint16) int {
+// answer fills m with the records of e for qtype that fit b, following
+// CNAMEs, and returns the response code.
+func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
 	if e == nil {
 		return dns.RcodeNameError
 	}
@@ -82,28 +96,28 @@ func (p *PgCluster) answer(m *dns.Msg, e *entry, qtype uint16) int {
 		if hops == maxChain || e.next == nil {
 			return dns.RcodeServerFailure
 		}
-		m.Answer = append(m.Answer, e.cname)
+		m.Answer = append(m.Answer, copyRR(e.cname))
+		b.used += dns.Len(e.cname)
 		e = e.next
 	}
 	switch qtype {
 	case dns.TypeA:
-		m.Answer = p.rotated(m.Answer, e.a)
+		addresses[dns.A](p, m, b, e.a, 4)
 	case dns.TypeAAAA:
-		m.Answer = p.rotated(m.Answer, e.aaaa)
-	case dns.TypeTXT:
-		m.Answer = append(m.Answer, e.txt...)
+		addresses[dns.AAAA](p, m, b, e.aaaa, 16)
 	case dns.TypeSRV:
-		m.Answer = append(m.Answer, e.srv...)
-		m.Extra = e.extra
+		p.services(m, b, e)
+	case dns.TypeTXT:
+		m.Answer = appendCopies[dns.TXT](m.Answer, e.txt, 0, len(e.txt))
 	case dns.TypeNS:
-		m.Answer = append(m.Answer, e.ns...)
+		m.Answer = appendCopies[dns.NS](m.Answer, e.ns, 0, len(e.ns))
 	case dns.TypeSOA:
 		if e.soa != nil {
-			m.Answer = append(m.Answer, e.soa)
+			m.Answer = append(m.Answer, copyRR(e.soa))
 		}
 	case dns.TypeCNAME:
 		if e.cname != nil {
-			m.Answer = append(m.Answer, e.cname)
+			m.Answer = append(m.Answer, copyRR(e.cname))
 		}
 	}
 	return dns.RcodeSuccess
@@ -117,19 +131,4 @@ func negative(m *dns.Msg, qtype uint16) bool {
 	}
 	_, cname := m.Answer[len(m.Answer)-1].(*dns.CNAME)
 	return cname && qtype != dns.TypeCNAME
-}
-
-// rotated appends rrs to ans, starting one further along on each call, so
-// that clients which take the first address spread over all of them.
-func (p *PgCluster) rotated(ans, rrs []dns.RR) []dns.RR {
-	n := len(rrs)
-	if n == 0 {
-		return ans
-	}
-	if ans == nil {
-		ans = make([]dns.RR, 0, n)
-	}
-	k := int(p.rotate.Add(1) % uint32(n))
-	ans = append(ans, rrs[k:]...)
-	return append(ans, rrs[:k]...)
 }

@@ -355,3 +355,31 @@ func TestOddRoleTXT(t *testing.T) {
 		t.Errorf("role shown as %q", txt)
 	}
 }
+
+// Item 16 of issue 6: NOTIFY is no query, and zone transfers are refused as
+// CoreDNS's file plugin refuses them without the transfer plugin. The
+// plugin returns the rcode and writes nothing: CoreDNS's server writes it.
+func TestOpcodeAndTransfer(t *testing.T) {
+	p := newTestPlugin(buildInput{nodes: testNodes()})
+	notify := new(dns.Msg)
+	notify.SetNotify(testZone)
+	axfr := new(dns.Msg)
+	axfr.SetAxfr(testZone)
+	ixfr := new(dns.Msg)
+	ixfr.SetIxfr(testZone, 1, "ns.pgcluster.lan.", "hostmaster.pgcluster.lan.")
+	for _, tc := range []struct {
+		what  string
+		m     *dns.Msg
+		rcode int
+	}{
+		{"NOTIFY", notify, dns.RcodeNotImplemented},
+		{"AXFR", axfr, dns.RcodeRefused},
+		{"IXFR", ixfr, dns.RcodeRefused},
+	} {
+		rec := dnstest.NewRecorder(&test.ResponseWriter{TCP: true})
+		rcode, err := p.ServeDNS(context.Background(), rec, tc.m)
+		if rcode != tc.rcode || err != nil || rec.Msg != nil {
+			t.Errorf("%s: rcode %s, err %v, wrote %v; want %s and nothing written", tc.what, dns.RcodeToString[rcode], err, rec.Msg, dns.RcodeToString[tc.rcode])
+		}
+	}
+}

@@ -71,7 +71,7 @@ type entry struct {
 	a, aaaa []dns.RR
 	txt     []dns.RR
 	srv     []dns.RR
-	extra   []dns.RR // addresses of the SRV targets
+	extra   []dns.RR // the glue: extra[i] is the address of srv[i]'s target
 	ns      []dns.RR
 	soa     *dns.SOA
 
@@ -405,14 +405,15 @@ func (b *builder) set(clusterName, label string, members []*member) {
 	e := b.entry(owner)
 	srvName := labelSRV + "." + owner
 	se := b.entry(srvName)
-	var glue entry
 	for _, m := range members {
 		b.addresses(e, owner, []netip.Addr{m.addr})
 		target := b.name(m.Name, clusterName)
 		se.srv = append(se.srv, &dns.SRV{Hdr: b.hdr(srvName, dns.TypeSRV), Priority: 0, Weight: 10, Port: uint16(m.Port), Target: target})
+		// A serving member has one address: its record is srv's glue.
+		var glue entry
 		b.addresses(&glue, target, []netip.Addr{m.addr})
+		se.extra = append(append(se.extra, glue.a...), glue.aaaa...)
 	}
-	se.extra = append(glue.a, glue.aaaa...)
 }
 
 // alias writes the names under alias: each name under the final cluster gets

@@ -1,0 +1,192 @@
+package pgcluster
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/coredns/coredns/request"
+
+	"github.com/miekg/dns"
+)
+
+// Octets on the wire of the parts of a reply, as miekg/dns packs them.
+const (
+	headerLen   = 12 // the message header
+	questionLen = 4  // type and class after the question's name
+	rrFixedLen  = 10 // type, class, TTL and RDLENGTH of a record
+	pointerLen  = 2  // a name compressed to a pointer
+	srvFixedLen = 6  // priority, weight and port of an SRV record
+	// maxPointer is how far back a compression pointer reaches: miekg/dns
+	// only remembers names packed before this offset.
+	maxPointer = 1 << 14
+)
+
+// budget is what one reply may still take of the client's buffer. Every
+// length it counts is an upper bound of what miekg/dns packs, so a reply
+// kept within it is never cut by CoreDNS's Truncate.
+type budget struct {
+	used int // octets of the reply so far
+	size int // octets the reply may take
+	// partial is set when records were left out for lack of room.
+	partial bool
+}
+
+// newBudget returns the budget of the reply to state's request: the client's
+// buffer (over UDP its EDNS0 size, at least 512; over TCP 65535), less the
+// header, the question and the OPT record CoreDNS's writer will add.
+func newBudget(state request.Request) budget {
+	b := budget{size: state.Size(), used: headerLen}
+	if len(state.Req.Question) > 0 {
+		b.used += len(state.Req.Question[0].Name) + 1 + questionLen
+	}
+	if o := state.Req.IsEdns0(); o != nil {
+		b.size -= dns.Len(o)
+	}
+	return b
+}
+
+func (b *budget) left() int { return b.size - b.used }
+
+// nameLen is the uncompressed length of name on the wire: never less than
+// what miekg/dns packs it in.
+func nameLen(name string) int { return len(name) + 1 }
+
+// rotation returns where the records of a set of n begin in this answer: one
+// further along on each query, so that over n queries each one comes first once.
+func (p *PgCluster) rotation(n int) int { return int(p.rotate.Add(1) % uint32(n)) }
+
+// addresses appends to m's answer as many of rrs (one RRset: A or AAAA
+// records of one owner, rdlen octets of data each) as fit b, taken in turn
+// from a rotating start. The cost is that of the records returned, whatever
+// the size of the set.
+func addresses[T any, PT interface {
+	*T
+	dns.RR
+}](p *PgCluster, m *dns.Msg, b *budget, rrs []dns.RR, rdlen int) {
+	n := len(rrs)
+	if n == 0 {
+		return
+	}
+	// The first record spells its owner out, the others point to it.
+	first := nameLen(rrs[0].Header().Name) + rrFixedLen + rdlen
+	each := pointerLen + rrFixedLen + rdlen
+	k := 0
+	if left := b.left(); left >= first {
+		k = min(n, 1+(left-first)/each)
+		b.used += first + (k-1)*each
+	}
+	if k < n {
+		b.partial = true
+	}
+	if k == 0 {
+		return
+	}
+	m.Answer = appendCopies[T, PT](slices.Grow(m.Answer, k), rrs, p.rotation(n), k)
+}
+
+// appendCopies appends copies of k records of rrs, from start on and around,
+// to ans. The records are copied into one new array, so nothing a writer does
+// to the reply (CoreDNS's cache rewrites TTLs in place) reaches the snapshot.
+func appendCopies[T any, PT interface {
+	*T
+	dns.RR
+}](ans, rrs []dns.RR, start, k int) []dns.RR {
+	recs := make([]T, k)
+	j := start
+	for i := range recs {
+		recs[i] = *rrs[j].(PT)
+		ans = append(ans, PT(&recs[i]))
+		if j++; j == len(rrs) {
+			j = 0
+		}
+	}
+	return ans
+}
+
+// services appends to m as many SRV records of e as fit b, each with the
+// address of its target in the additional section, taken in turn from a
+// rotating start.
+func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
+	n := len(e.srv)
+	if n == 0 {
+		return
+	}
+	start := p.rotation(n)
+	// First count what fits: SRV records go in the answer, their glue after
+	// all of them in the additional section.
+	owner := nameLen(e.srv[0].Header().Name)
+	answer, extra := b.used, 0
+	k, k4 := 0, 0
+	// parent is the domain every target of the set is in (its cluster's
+	// name), once packed within reach of a pointer.
+	parent := ""
+	for j := start; k < n; k++ {
+		srv := e.srv[j].(*dns.SRV)
+		target := nameLen(srv.Target)
+		srvLen := owner + rrFixedLen + srvFixedLen + target
+		// miekg/dns does not compress an SRV target, but remembers it and its
+		// parents when it starts within reach of a pointer: the glue's owner
+		// then points to it, or else to the parent.
+		label := strings.IndexByte(srv.Target, '.') + 1
+		glueOwner := target
+		switch {
+		case answer+srvLen-target < maxPointer:
+			glueOwner = pointerLen
+			if parent == "" {
+				parent = srv.Target[label:]
+			}
+		case parent != "" && srv.Target[label:] == parent:
+			glueOwner = label + pointerLen
+		}
+		glueLen := glueOwner + rrFixedLen + 16
+		_, v4 := e.extra[j].(*dns.A)
+		if v4 {
+			glueLen = glueOwner + rrFixedLen + 4
+		}
+		if answer+srvLen+extra+glueLen > b.size {
+			break
+		}
+		answer += srvLen
+		extra += glueLen
+		if v4 {
+			k4++
+		}
+		owner = pointerLen
+		if j++; j == n {
+			j = 0
+		}
+	}
+	b.used = answer + extra
+	if k < n {
+		b.partial = true
+	}
+	if k == 0 {
+		return
+	}
+	m.Answer = appendCopies[dns.SRV](slices.Grow(m.Answer, k), e.srv, start, k)
+	// Then copy the glue in the same order, A and AAAA records each into one array.
+	a, aaaa := make([]dns.A, 0, k4), make([]dns.AAAA, 0, k-k4)
+	m.Extra = make([]dns.RR, 0, k)
+	for i, j := 0, start; i < k; i++ {
+		switch rr := e.extra[j].(type) {
+		case *dns.A:
+			a = append(a, *rr)
+			m.Extra = append(m.Extra, &a[len(a)-1])
+		case *dns.AAAA:
+			aaaa = append(aaaa, *rr)
+			m.Extra = append(m.Extra, &aaaa[len(aaaa)-1])
+		}
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
+// copyRR returns a copy of rr that a writer may change.
+func copyRR[T any, PT interface {
+	*T
+	dns.RR
+}](rr PT) dns.RR {
+	c := *rr
+	return PT(&c)
+}

@@ -1,0 +1,363 @@
+package pgcluster
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/coredns/coredns/request"
+
+	"github.com/miekg/dns"
+)
+
+// bigNodes is a cluster of n nodes, every seventh on IPv6, with node names
+// of varying length.
+func bigNodes(cluster string, n int) []Node {
+	nodes := make([]Node, n)
+	for i := range nodes {
+		addr := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		if i%7 == 3 {
+			addr = netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 14: byte(i >> 8), 15: byte(i)})
+		}
+		role := roleStandby
+		if i == 0 {
+			role = rolePrimary
+		}
+		nodes[i] = Node{Cluster: cluster, Name: fmt.Sprintf("n%d%s", i, strings.Repeat("x", i%13)), Address: addr, Port: 5432 + i%3, Role: role, Healthy: true}
+	}
+	return nodes
+}
+
+// bigPlugin serves clusters c3, c30, c200 and c10000, and the alias big ->
+// c10000.
+func bigPlugin() *PgCluster {
+	var nodes []Node
+	for _, n := range []int{3, 30, 200, 10000} {
+		nodes = append(nodes, bigNodes(fmt.Sprintf("c%d", n), n)...)
+	}
+	return newTestPlugin(buildInput{nodes: nodes, aliases: []Alias{{"big", "c10000"}}})
+}
+
+// hostileWriter does to a reply what CoreDNS's own writers may do before
+// the ScrubWriter sends it: the cache plugin rewrites every TTL in place,
+// loadbalance shuffles the answer in place, and any plugin may append.
+type hostileWriter struct {
+	dns.ResponseWriter
+}
+
+func (w hostileWriter) WriteMsg(m *dns.Msg) error {
+	for _, sec := range [][]dns.RR{m.Answer, m.Ns, m.Extra} {
+		for _, rr := range sec {
+			rr.Header().Ttl = 0
+		}
+		slices.Reverse(sec)
+	}
+	// Appending into whatever capacity the sections have left.
+	txt := &dns.TXT{Hdr: dns.RR_Header{Name: "x.", Rrtype: dns.TypeTXT, Class: dns.ClassINET}, Txt: []string{"appended"}}
+	m.Answer = append(m.Answer, txt)
+	m.Ns = append(m.Ns, txt)
+	m.Extra = append(m.Extra, txt)
+	m.Answer, m.Ns, m.Extra = m.Answer[:len(m.Answer)-1], m.Ns[:len(m.Ns)-1], m.Extra[:len(m.Extra)-1]
+	return w.ResponseWriter.WriteMsg(m)
+}
+
+// fingerprint lists every record of the snapshot.
+func fingerprint(s *snapshot) string {
+	var sb strings.Builder
+	names := make([]string, 0, len(s.names))
+	for name := range s.names {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		e := s.names[name]
+		fmt.Fprintf(&sb, "%s %v %v\n", name, e.soa, e.cname)
+		for _, sec := range [][]dns.RR{e.a, e.aaaa, e.txt, e.srv, e.extra, e.ns} {
+			fmt.Fprintf(&sb, "%d:", len(sec))
+			for _, rr := range sec {
+				sb.WriteString(rr.String())
+				sb.WriteByte('|')
+			}
+			sb.WriteByte('\n')
+		}
+	}
+	return sb.String()
+}
+
+// ask is a question, asked with an EDNS0 buffer of size octets (0: no
+// EDNS0), over TCP or UDP.
+type ask struct {
+	name  string
+	qtype uint16
+	size  uint16
+	tcp   bool
+}
+
+func (q ask) String() string {
+	net := "udp"
+	if q.tcp {
+		net = "tcp"
+	}
+	return fmt.Sprintf("%s %s edns=%d %s", q.name, dns.TypeToString[q.qtype], q.size, net)
+}
+
+func (q ask) msg() *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(q.name, q.qtype)
+	if q.size > 0 {
+		m.SetEdns0(q.size, false)
+	}
+	return m
+}
+
+// serve asks p through CoreDNS's writer chain: the ScrubWriter (OPT record,
+// Truncate) last, as the server sets it up, and returns what pgcluster wrote
+// (before the writers) and what the client gets.
+func serve(t testing.TB, p *PgCluster, q ask, hostile bool) (wrote, got *dns.Msg) {
+	r := q.msg()
+	client := dnstest.NewRecorder(&test.ResponseWriter{TCP: q.tcp})
+	var w dns.ResponseWriter = request.NewScrubWriter(r, client)
+	if hostile {
+		w = hostileWriter{w}
+	}
+	rec := &copyWriter{ResponseWriter: w}
+	if _, err := p.ServeDNS(context.Background(), rec, r); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return rec.msg, client.Msg
+}
+
+// copyWriter keeps a copy of the message as it was written.
+type copyWriter struct {
+	dns.ResponseWriter
+	msg *dns.Msg
+}
+
+func (w *copyWriter) WriteMsg(m *dns.Msg) error {
+	w.msg = m.Copy()
+	return w.ResponseWriter.WriteMsg(m)
+}
+
+// Item 1 of issue 6: nothing reachable from the snapshot may be handed to a
+// writer; CoreDNS's writers append OPT records, truncate in place and rewrite
+// TTLs. Run with -race: queries run concurrently.
+func TestAnswerLeavesSnapshotAlone(t *testing.T) {
+	p := bigPlugin()
+	before := fingerprint(p.snap.Load())
+	var queries []ask
+	for _, name := range []string{"_postgresql._tcp.c30.pgcluster.lan.", "_postgresql._tcp.c200.pgcluster.lan.",
+		"_postgresql._tcp.big.pgcluster.lan.", "c200.pgcluster.lan.", "big.pgcluster.lan.", "n3xxx.c30.pgcluster.lan.",
+		"c3.pgcluster.lan.", "pgcluster.lan.", "nope.pgcluster.lan."} {
+		for _, qt := range []uint16{dns.TypeSRV, dns.TypeA, dns.TypeAAAA, dns.TypeTXT, dns.TypeNS, dns.TypeSOA, dns.TypeCNAME} {
+			for _, size := range []uint16{0, 512, 1232, 4096} {
+				queries = append(queries, ask{name, qt, size, false}, ask{name, qt, size, true})
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 3 * len(queries) {
+				serve(t, p, queries[(i+g*7)%len(queries)], true)
+			}
+		})
+	}
+	wg.Wait()
+	if after := fingerprint(p.snap.Load()); after != before {
+		t.Fatalf("the writers changed the snapshot:\n%s", firstDiff(before, after))
+	}
+	// And the answer is still right: every SRV target once, with its glue.
+	_, got := serve(t, p, ask{"_postgresql._tcp.c200.pgcluster.lan.", dns.TypeSRV, 0, true}, false)
+	if err := checkGlue(got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Answer) != 200 {
+		t.Fatalf("TCP SRV answer of a 200-node cluster has %d records, want 200", len(got.Answer))
+	}
+}
+
+func firstDiff(a, b string) string {
+	al, bl := strings.Split(a, "\n"), strings.Split(b, "\n")
+	for i := range min(len(al), len(bl)) {
+		if al[i] != bl[i] {
+			return fmt.Sprintf("line %d:\nbefore: %.300s\nafter:  %.300s", i, al[i], bl[i])
+		}
+	}
+	return "different number of lines"
+}
+
+// checkGlue checks an SRV answer: one glue record per SRV record, for its
+// target, no duplicates, and an OPT record only at the end.
+func checkGlue(m *dns.Msg) error {
+	targets := map[string]int{}
+	var srvs []string
+	for _, rr := range m.Answer {
+		if srv, ok := rr.(*dns.SRV); ok {
+			targets[srv.Target]++
+			srvs = append(srvs, srv.Target)
+		}
+	}
+	glue := map[string]int{}
+	for i, rr := range m.Extra {
+		switch rr.(type) {
+		case *dns.OPT:
+			if i != len(m.Extra)-1 {
+				return fmt.Errorf("OPT record at %d of %d in the additional section", i, len(m.Extra))
+			}
+		case *dns.A, *dns.AAAA:
+			glue[rr.Header().Name]++
+		default:
+			return fmt.Errorf("unexpected additional record %v", rr)
+		}
+	}
+	for target, n := range targets {
+		if n != 1 {
+			return fmt.Errorf("SRV target %s appears %d times", target, n)
+		}
+		if glue[target] != 1 {
+			return fmt.Errorf("SRV target %s has %d glue records, want 1", target, glue[target])
+		}
+	}
+	if len(glue) != len(targets) {
+		return fmt.Errorf("%d glue owners for %d SRV targets", len(glue), len(targets))
+	}
+	return nil
+}
+
+// Item 7 of issue 6: an answer takes as many records as fit the client's
+// buffer, never more (CoreDNS's Truncate then has nothing to cut), and not
+// much fewer; TC is set over UDP when records were left out, never over TCP.
+func TestAnswerFitsBuffer(t *testing.T) {
+	p := bigPlugin()
+	snap := p.snap.Load()
+	for _, name := range []string{"c3", "c30", "c200", "c10000", "C200", "big", "primary.big", "standby.c10000", "n3xxx.c30"} {
+		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV} {
+			for _, size := range []uint16{0, 512, 1232, 4096, 65535} {
+				for _, tcp := range []bool{false, true} {
+					qname := name + "." + testZone
+					if qt == dns.TypeSRV {
+						qname = labelSRV + "." + qname
+					}
+					q := ask{qname, qt, size, tcp}
+					wrote, got := serve(t, p, q, false)
+					if err := checkFit(snap, q, wrote, got); err != nil {
+						t.Errorf("%s: %v", q, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// checkFit checks the reply to q: wrote is what pgcluster wrote, got what the
+// client received through the ScrubWriter.
+func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
+	buf := int(q.size)
+	if buf < dns.MinMsgSize {
+		buf = dns.MinMsgSize
+	}
+	if q.tcp {
+		buf = dns.MaxMsgSize
+	}
+	c := got.Copy()
+	c.Compress = true
+	if l := c.Len(); l > buf {
+		return fmt.Errorf("reply of %d octets for a buffer of %d", l, buf)
+	}
+	opt := 0
+	if got.IsEdns0() != nil {
+		opt = 1
+	}
+	if len(got.Answer) != len(wrote.Answer) || len(got.Extra) != len(wrote.Extra)+opt {
+		return fmt.Errorf("Truncate cut the reply: %d/%d answer and %d/%d additional records kept", len(got.Answer), len(wrote.Answer), len(got.Extra), len(wrote.Extra)+opt)
+	}
+	if err := checkGlue(got); err != nil {
+		return err
+	}
+	// How many records the name has, and how many came.
+	e, cnames, total := lookup(snap, q)
+	if e == nil {
+		return nil
+	}
+	n := len(got.Answer) - cnames
+	if n == 0 && total > 0 {
+		return fmt.Errorf("no record of %d", total)
+	}
+	partial := n < total
+	if got.Truncated != (partial && !q.tcp) {
+		return fmt.Errorf("TC=%t with %d of %d records", got.Truncated, n, total)
+	}
+	if !partial {
+		return nil
+	}
+	// Partial: the room left must be less than one more record (and its
+	// glue), plus what the estimate spends on names miekg/dns compresses: the
+	// CNAMEs and the first owner name.
+	unit := nameLen(got.Answer[len(got.Answer)-1].Header().Name)
+	for _, rr := range got.Answer[:cnames] {
+		unit += dns.Len(rr)
+	}
+	one := 0
+	for _, rr := range append(slices.Clone(e.a), e.aaaa...) {
+		one = max(one, dns.Len(rr))
+	}
+	for i, rr := range e.srv {
+		one = max(one, dns.Len(rr)+dns.Len(e.extra[i]))
+	}
+	unit += one
+	if left := buf - c.Len(); left >= unit {
+		return fmt.Errorf("%d of %d records and %d octets left: another would have fit (%d)", n, total, left, unit)
+	}
+	return nil
+}
+
+// Item 7 of issue 6: SRV records rotate as addresses do, so that over as
+// many queries as the set has records, each one comes first once, however
+// few fit in one answer.
+func TestAnswerRotation(t *testing.T) {
+	p := bigPlugin()
+	for _, q := range []ask{
+		{"_postgresql._tcp.c200.pgcluster.lan.", dns.TypeSRV, 0, true},
+		{"_postgresql._tcp.c200.pgcluster.lan.", dns.TypeSRV, 1232, false},
+		{"c200.pgcluster.lan.", dns.TypeA, 0, false},
+		{"c10000.pgcluster.lan.", dns.TypeA, 1232, false},
+		{"big.pgcluster.lan.", dns.TypeAAAA, 0, true},
+	} {
+		_, _, total := lookup(p.snap.Load(), q)
+		first := map[string]bool{}
+		for range total {
+			_, got := serve(t, p, q, false)
+			var rr dns.RR
+			for _, rr = range got.Answer {
+				if rr.Header().Rrtype == q.qtype {
+					break
+				}
+			}
+			first[rr.String()] = true
+		}
+		if len(first) != total {
+			t.Errorf("%s: over %d queries, %d different records came first, want %d", q, total, len(first), total)
+		}
+	}
+}
+
+// lookup returns the entry q's answer comes from, after how many CNAMEs, and
+// how many records of q's type it has.
+func lookup(snap *snapshot, q ask) (e *entry, cnames, total int) {
+	e = snap.names[strings.ToLower(q.name)]
+	if e == nil {
+		return nil, 0, 0
+	}
+	for ; e.cname != nil; e = e.next {
+		cnames++
+	}
+	total = map[uint16]int{dns.TypeA: len(e.a), dns.TypeAAAA: len(e.aaaa), dns.TypeSRV: len(e.srv)}[q.qtype]
+	return e, cnames, total
+}
