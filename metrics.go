@@ -1,9 +1,6 @@
 package pgcluster
 
 import (
-	"sync"
-	"time"
-
 	"github.com/coredns/coredns/plugin"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,46 +59,11 @@ var (
 		Name:      "snapshot_serial",
 		Help:      "SOA serial of the snapshot being served.",
 	}, []string{"zone"})
+
+	loadTime = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "registry_load_timestamp_seconds",
+		Help:      "The timestamp of the last successful load of the registry.",
+	}, []string{"zone"})
 )
-
-// snapshotAge reports, at scrape time, how long ago each live instance last
-// loaded the registry.
-var snapshotAge = &ageCollector{
-	desc: prometheus.NewDesc(prometheus.BuildFQName(plugin.Namespace, "pgcluster", "snapshot_age_seconds"),
-		"Seconds since the snapshot being served was loaded from the registry.", []string{"zone"}, nil),
-	live: map[*PgCluster]string{},
-}
-
-func init() { prometheus.MustRegister(snapshotAge) }
-
-type ageCollector struct {
-	desc *prometheus.Desc
-	mu   sync.Mutex
-	live map[*PgCluster]string
-}
-
-func (a *ageCollector) add(p *PgCluster, zone string) {
-	a.mu.Lock()
-	a.live[p] = zone
-	a.mu.Unlock()
-}
-
-func (a *ageCollector) remove(p *PgCluster) {
-	a.mu.Lock()
-	delete(a.live, p)
-	a.mu.Unlock()
-}
-
-// Describe implements prometheus.Collector.
-func (a *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
-
-// Collect implements prometheus.Collector.
-func (a *ageCollector) Collect(ch chan<- prometheus.Metric) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for p, zone := range a.live {
-		if s := p.snap.Load(); s != nil {
-			ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, time.Since(s.loadedAt).Seconds(), zone)
-		}
-	}
-}

@@ -38,6 +38,7 @@ func (pb *publisher) apply(nodes []Node, aliases []Alias) {
 	}
 	s.setSerial(serial, pb.ttl)
 	pb.p.snap.Store(s)
+	loadTime.WithLabelValues(pb.zones[0]).Set(float64(s.loadedAt.UnixNano()) / 1e9)
 	pb.report(prev, s)
 }
 

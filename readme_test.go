@@ -2,9 +2,11 @@ package pgcluster
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coredns/caddy"
 )
@@ -47,4 +49,83 @@ func TestReadmeCorefiles(t *testing.T) {
 			t.Errorf("option %s is not documented under Syntax", opt)
 		}
 	}
+	for opt, floor := range map[string]time.Duration{"refresh": minRefresh, "stale_after": minStaleAfter} {
+		doc := syntax[strings.Index(syntax, "* `"+opt+"`"):]
+		if doc = doc[:strings.Index(doc[1:], "\n* ")+1]; !strings.Contains(doc, "at least **"+floor.String()+"**") {
+			t.Errorf("Syntax does not give the floor of %s, %s", opt, floor)
+		}
+	}
+}
+
+// TestReadmeLinks checks that every relative link in README.md,
+// discovery/README.md and docs/*.md points to a file of the repository (and,
+// with a #fragment into a Markdown file, to one of its headings), that no
+// path they mention leaves the repository (users have only the repository),
+// and that the README links the design.
+func TestReadmeLinks(t *testing.T) {
+	docs, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs = append([]string{"README.md", "discovery/README.md"}, docs...)
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	mention := regexp.MustCompile("(?:`|\\]\\()(\\.\\./[^`)\\s]*)")
+	n := 0
+	for _, doc := range docs {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mention.FindAllStringSubmatch(string(b), -1) {
+			if p := filepath.Join(filepath.Dir(doc), m[1]); strings.HasPrefix(p, "..") {
+				t.Errorf("%s mentions %s, outside the repository", doc, m[1])
+			}
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			n++
+			file, frag, _ := strings.Cut(target, "#")
+			path := doc
+			if file != "" {
+				path = filepath.Join(filepath.Dir(doc), file)
+			}
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links %s: %v", doc, target, err)
+				continue
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !hasAnchor(t, path, frag) {
+				t.Errorf("%s links %s: %s has no heading #%s", doc, target, path, frag)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("found no relative links to check")
+	}
+	if readme, _ := os.ReadFile("README.md"); !strings.Contains(string(readme), "](docs/design.md)") {
+		t.Error("README.md does not link docs/design.md")
+	}
+}
+
+// hasAnchor reports whether the Markdown file at path has a heading whose
+// GitHub anchor is frag.
+func hasAnchor(t *testing.T, path, frag string) bool {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := regexp.MustCompile(`[^\p{L}\p{N} _-]`)
+	for _, line := range strings.Split(string(b), "\n") {
+		h := strings.TrimLeft(line, "#")
+		if len(h) == len(line) || !strings.HasPrefix(h, " ") {
+			continue
+		}
+		slug := strings.ReplaceAll(drop.ReplaceAllString(strings.ToLower(strings.TrimSpace(h)), ""), " ", "-")
+		if slug == frag {
+			return true
+		}
+	}
+	return false
 }

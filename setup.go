@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/coredns/caddy"
@@ -22,6 +23,18 @@ const (
 	// before the server starts anyway (answering SERVFAIL in the zone, and
 	// not ready, until the load succeeds).
 	startupWait = 5 * time.Second
+)
+
+// Floors of the Corefile durations: below them an option would only burn CPU
+// and load the database.
+const (
+	// minRefresh: each refresh is a full load of both tables. Notifications
+	// already bring changes within milliseconds; the poll is a safety net.
+	minRefresh = time.Second
+	// minStaleAfter: heartbeats are written seconds apart, so a shorter limit
+	// would take every node out between two heartbeats and rebuild the zone
+	// continuously.
+	minStaleAfter = time.Second
 )
 
 func init() { plugin.Register("pgcluster", setup) }
@@ -91,7 +104,6 @@ func (p *PgCluster) start(ctx context.Context, cfg *config) {
 		}
 	}
 	p.reg = newRegistry(cfg.dsn, cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.apply)
-	snapshotAge.add(p, cfg.zones[0])
 	go p.reg.run(ctx)
 }
 
@@ -100,7 +112,6 @@ func (p *PgCluster) stop() {
 	if p.reg != nil {
 		<-p.reg.done
 	}
-	snapshotAge.remove(p)
 }
 
 func parse(c *caddy.Controller) (*PgCluster, *config, error) {
@@ -112,8 +123,23 @@ func parse(c *caddy.Controller) (*PgCluster, *config, error) {
 			return nil, nil, plugin.ErrOnce
 		}
 		i++
-		cfg.zones = plugin.OriginsFromArgsOrServerBlock(c.RemainingArgs(), c.ServerBlockKeys)
+		args := c.RemainingArgs()
+		for _, z := range args {
+			if why := badDomain(z); why != "" {
+				return nil, nil, c.Errf("zone %q %s", z, why)
+			}
+		}
+		cfg.zones = plugin.OriginsFromArgsOrServerBlock(args, c.ServerBlockKeys)
+		if err := zonesOverlap(cfg.zones); err != nil {
+			return nil, nil, c.Err(err.Error())
+		}
+		given := map[string]bool{}
 		for c.NextBlock() {
+			opt := c.Val()
+			if given[opt] && opt != "self" {
+				return nil, nil, c.Errf("%s: given twice; keep one %s line", opt, opt)
+			}
+			given[opt] = true
 			if err := parseOption(c, cfg, p); err != nil {
 				return nil, nil, err
 			}
@@ -135,6 +161,9 @@ func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
 		if len(args) != 1 {
 			return c.ArgErr()
 		}
+		if why := badDSN(args[0]); why != "" {
+			return c.Errf("postgres: the DSN cannot be used: %s; write a libpq URL (postgres://user@host:5432/db?sslmode=verify-full) or key=value pairs (host=db port=5432 dbname=registry)", why)
+		}
 		cfg.dsn = args[0]
 	case "ttl":
 		if len(args) != 1 {
@@ -146,13 +175,13 @@ func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
 		}
 		cfg.ttl = uint32(t)
 	case "refresh":
-		d, err := duration(c, opt, args, false)
+		d, err := duration(c, opt, args, minRefresh, false)
 		if err != nil {
 			return err
 		}
 		cfg.refresh = d
 	case "stale_after":
-		d, err := duration(c, opt, args, true)
+		d, err := duration(c, opt, args, minStaleAfter, true)
 		if err != nil {
 			return err
 		}
@@ -163,18 +192,13 @@ func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
 		}
 		cfg.allowLoopback = true
 	case "self":
-		if len(args) < 1 || len(args) > 2 {
-			return c.ArgErr()
-		}
-		var a netip.Addr
-		if len(args) == 2 {
-			var err error
-			if a, err = netip.ParseAddr(args[1]); err != nil {
-				return c.Errf("self: %q is not an IP address", args[1])
+		return parseSelf(c, cfg, args)
+	case "fallthrough":
+		for _, z := range args {
+			if why := badDomain(z); why != "" {
+				return c.Errf("fallthrough: zone %q %s", z, why)
 			}
 		}
-		cfg.self[args[0]] = a
-	case "fallthrough":
 		p.Fall.SetZonesFromArgs(args)
 	default:
 		return c.Errf("unknown property %q", opt)
@@ -182,8 +206,38 @@ func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
 	return nil
 }
 
-// duration parses a positive duration option; off allows "off" and 0.
-func duration(c *caddy.Controller, opt string, args []string, off bool) (time.Duration, error) {
+// parseSelf parses "self NODE [ADDRESS]". Each node may be named once; an
+// ADDRESS must be one a remote client can connect to.
+func parseSelf(c *caddy.Controller, cfg *config, args []string) error {
+	if len(args) < 1 || len(args) > 2 {
+		return c.ArgErr()
+	}
+	// Registry names are served, and matched, in lower case.
+	node := strings.ToLower(args[0])
+	if why := badSelfNode(node); why != "" {
+		return c.Errf("self: node %q %s", node, why)
+	}
+	if _, dup := cfg.self[node]; dup {
+		return c.Errf("self %s: given twice; keep one self line per node", node)
+	}
+	var a netip.Addr
+	if len(args) == 2 {
+		var err error
+		if a, err = netip.ParseAddr(args[1]); err != nil {
+			return c.Errf("self %s: %q is not an IP address", node, args[1])
+		}
+		a = a.Unmap()
+		if why := badSelfAddr(a); why != "" {
+			return c.Errf("self %s: %s %s; give this host's address that clients reach, or no ADDRESS to use the outbound one", node, args[1], why)
+		}
+	}
+	cfg.self[node] = a
+	return nil
+}
+
+// duration parses a duration option of at least floor; off allows "off" and
+// 0, which return 0.
+func duration(c *caddy.Controller, opt string, args []string, floor time.Duration, off bool) (time.Duration, error) {
 	if len(args) != 1 {
 		return 0, c.ArgErr()
 	}
@@ -192,7 +246,10 @@ func duration(c *caddy.Controller, opt string, args []string, off bool) (time.Du
 	}
 	d, err := time.ParseDuration(args[0])
 	if err != nil || d <= 0 {
-		return 0, c.Errf("%s: %q is not a positive duration such as 500ms or 30s", opt, args[0])
+		return 0, c.Errf("%s: %q is not a positive duration such as 10s or 1m", opt, args[0])
+	}
+	if d < floor {
+		return 0, c.Errf("%s: %s is below the minimum of %s", opt, args[0], floor)
 	}
 	return d, nil
 }

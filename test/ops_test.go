@@ -41,7 +41,7 @@ INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('local', 'bad_name',
 		`coredns_pgcluster_registry_up{zone="pgcluster.lan."} 1`,
 		`coredns_pgcluster_rows_skipped{reason="invalid_name",zone="pgcluster.lan."} 1`,
 		`coredns_pgcluster_registry_reloads_total{result="ok",zone="pgcluster.lan."}`,
-		`coredns_pgcluster_snapshot_age_seconds{zone="pgcluster.lan."}`,
+		`coredns_pgcluster_registry_load_timestamp_seconds{zone="pgcluster.lan."}`,
 		`coredns_pgcluster_snapshot_serial{zone="pgcluster.lan."}`,
 		`coredns_pgcluster_registry_reload_duration_seconds_count{zone="pgcluster.lan."}`,
 	} {
