@@ -24,10 +24,15 @@ type Server struct {
 	zone    *zone
 	queries atomic.Int64
 
+	// rotate turns the start of an answer that does not fit, one step
+	// per query.
+	rotate atomic.Uint32
+
 	mu       sync.Mutex
 	udp, tcp *dns.Server
 	silent   bool
 	truncate bool
+	tcOnTCP  bool
 }
 
 // NewServer starts a server for zone (for example "pgcluster.lan") with a
@@ -147,22 +152,50 @@ func (s *Server) SetTruncate(on bool) {
 	s.mu.Unlock()
 }
 
+// SetGlue tells whether SRV answers carry the targets' A and AAAA records
+// in the additional section (the default), as pgcluster's do.
+func (s *Server) SetGlue(on bool) { s.zone.setGlue(on) }
+
+// SetTCOverTCP makes a TCP answer that had to leave records out carry the
+// TC bit, as a server that truncates like dns.Msg.Truncate does; by
+// default only UDP answers do, as pgcluster's.
+func (s *Server) SetTCOverTCP(on bool) {
+	s.mu.Lock()
+	s.tcOnTCP = on
+	s.mu.Unlock()
+}
+
 // Queries returns how many queries the server received.
 func (s *Server) Queries() int64 { return s.queries.Load() }
 
-// ServeDNS answers a query from the zone.
+// ServeDNS answers a query from the zone. An answer too big for the
+// client's buffer (its EDNS0 size or 512 bytes over UDP, 65,535 bytes over
+// TCP) holds as many records of its set as fit, with their glue, starting
+// one record further along on each query, as pgcluster's do; over UDP it
+// carries the TC bit.
 func (s *Server) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	s.queries.Add(1)
 	s.mu.Lock()
-	silent, truncate := s.silent, s.truncate
+	silent, truncate, tcOnTCP := s.silent, s.truncate, s.tcOnTCP
 	s.mu.Unlock()
 	if silent || len(r.Question) != 1 {
 		return
 	}
 	m := s.zone.answer(r)
-	if _, udp := w.RemoteAddr().(*net.UDPAddr); udp && truncate {
+	_, udp := w.RemoteAddr().(*net.UDPAddr)
+	if udp && truncate {
 		m.Truncated = true
 		m.Answer, m.Ns, m.Extra = nil, nil, nil
+	}
+	size := dns.MaxMsgSize
+	if udp {
+		size = dns.MinMsgSize
+		if opt := r.IsEdns0(); opt != nil {
+			size = max(size, int(opt.UDPSize()))
+		}
+	}
+	if fit(m, size, s.rotate.Add(1)) && (udp || tcOnTCP) {
+		m.Truncated = true
 	}
 	w.WriteMsg(m)
 }

@@ -40,6 +40,7 @@ type zone struct {
 	mu       sync.Mutex
 	ttl      uint32
 	chase    bool
+	noGlue   bool
 	clusters map[string][]Node
 	aliases  map[string]string
 	extra    []dns.RR
@@ -80,6 +81,7 @@ func (z *zone) setAlias(alias, target string) {
 
 func (z *zone) setTTL(ttl uint32)     { z.update(func() { z.ttl = ttl }) }
 func (z *zone) setChase(on bool)      { z.update(func() { z.chase = on }) }
+func (z *zone) setGlue(on bool)       { z.update(func() { z.noGlue = !on }) }
 func (z *zone) setExtra(rrs []dns.RR) { z.update(func() { z.extra = rrs }) }
 
 func (z *zone) update(change func()) {
@@ -199,7 +201,7 @@ func (z *zone) answer(r *dns.Msg) *dns.Msg {
 		}
 		m.Answer = append(m.Answer, set[q.Qtype]...)
 		for _, rr := range set[q.Qtype] {
-			if srv, ok := rr.(*dns.SRV); ok {
+			if srv, ok := rr.(*dns.SRV); ok && !z.noGlue {
 				m.Extra = append(m.Extra, z.names[srv.Target][dns.TypeA]...)
 				m.Extra = append(m.Extra, z.names[srv.Target][dns.TypeAAAA]...)
 			}

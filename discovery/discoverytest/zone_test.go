@@ -1,6 +1,7 @@
 package discoverytest
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -69,5 +70,54 @@ func TestZone(t *testing.T) {
 	s.Start()
 	if r := ask("local.pgcluster.lan.", dns.TypeA); len(r.Answer) != 2 {
 		t.Errorf("after restart: %v", r)
+	}
+}
+
+// An answer too big for the client's buffer holds what fits, a different
+// part each time, with the SRV targets' addresses; TC over UDP, and over
+// TCP only when asked for.
+func TestFit(t *testing.T) {
+	s := NewServer(t, "pgcluster.lan")
+	nodes := make([]Node, 3000)
+	for i := range nodes {
+		nodes[i] = Node{Name: fmt.Sprintf("n%d", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), 5432)}
+	}
+	s.SetCluster("local", nodes...)
+	ask := func(network string, bufsize uint16) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg).SetQuestion("_postgresql._tcp.local.pgcluster.lan.", dns.TypeSRV)
+		if bufsize > 0 {
+			m.SetEdns0(bufsize, false)
+		}
+		r, _, err := (&dns.Client{Net: network}).Exchange(m, s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		network string
+		bufsize uint16
+		limit   int
+		tc      bool
+	}{
+		{"udp", 0, dns.MinMsgSize, true},
+		{"udp", 1232, 1232, true},
+		{"tcp", 0, dns.MaxMsgSize, false},
+	} {
+		a, b := ask(tc.network, tc.bufsize), ask(tc.network, tc.bufsize)
+		a.Compress = true // as sent
+		if a.Len() > tc.limit || a.Truncated != tc.tc || len(a.Answer) == 0 || len(a.Extra) != len(a.Answer) {
+			t.Errorf("%s %d: %d bytes, TC %v, %d SRV, %d glue; want at most %d bytes, TC %v, one glue per SRV",
+				tc.network, tc.bufsize, a.Len(), a.Truncated, len(a.Answer), len(a.Extra), tc.limit, tc.tc)
+		}
+		if a.Answer[0].(*dns.SRV).Target == b.Answer[0].(*dns.SRV).Target {
+			t.Errorf("%s: two answers start with the same target", tc.network)
+		}
+	}
+	s.SetGlue(false)
+	s.SetTCOverTCP(true)
+	if r := ask("tcp", 0); !r.Truncated || len(r.Extra) != 0 || len(r.Answer) < 1000 {
+		t.Errorf("no glue, TC over TCP: TC %v, %d SRV, %d glue", r.Truncated, len(r.Answer), len(r.Extra))
 	}
 }
