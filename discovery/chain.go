@@ -17,6 +17,8 @@ type rrset struct {
 	rrs       []dns.RR // records of the asked type owned by canonical
 	extra     []dns.RR // the additional sections of the replies
 	ttl       uint32   // smallest TTL of the CNAMEs and rrs, or the negative TTL
+	rcode     int      // of the last reply
+	truncated bool     // the last reply had the TC bit (over TCP: a partial set)
 }
 
 // lookup asks for name and qtype and follows the CNAME chain: within the
@@ -43,6 +45,7 @@ func (r *Resolver) lookup(ctx context.Context, name string, qtype uint16) (rrset
 			}
 		}
 		out.extra = append(out.extra, reply.Extra...)
+		out.rcode, out.truncated = reply.Rcode, reply.Truncated
 		if len(out.rrs) > 0 || out.canonical == asked || reply.Rcode != dns.RcodeSuccess {
 			if len(out.rrs) == 0 {
 				out.ttl = min(out.ttl, negativeTTL(reply))

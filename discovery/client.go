@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -9,6 +10,10 @@ const (
 	DefaultPort = 5432
 	// DefaultProbeTimeout bounds one probe round.
 	DefaultProbeTimeout = time.Second
+	// DefaultMaxProbes is how many candidates one probe round measures at
+	// most: the first ones of the answer (which pgcluster rotates, so
+	// clients spread over a big cluster).
+	DefaultMaxProbes = 32
 )
 
 // Config configures a Client. The zero value asks the system's nameservers,
@@ -36,6 +41,11 @@ type Config struct {
 	// parallel, and one that has not answered by then is unreachable.
 	// DefaultProbeTimeout when zero.
 	ProbeTimeout time.Duration
+	// MaxProbes is how many candidates one probe round measures at most,
+	// the first ones of the answer; the others are not probed and not
+	// ranked (Result.NotProbed counts them). DefaultMaxProbes when zero;
+	// negative is refused.
+	MaxProbes int
 }
 
 // Client resolves cluster names and ranks their nodes. It is safe for
@@ -46,11 +56,15 @@ type Client struct {
 	defaultPort  uint16
 	prober       Prober
 	probeTimeout time.Duration
+	maxProbes    int
 	lookups      memo[lookupKey, Result]
 }
 
 // New returns a Client for cfg.
 func New(cfg Config) (*Client, error) {
+	if cfg.MaxProbes < 0 {
+		return nil, fmt.Errorf("discovery: Config.MaxProbes %d: want a positive number (0 means %d)", cfg.MaxProbes, DefaultMaxProbes)
+	}
 	var (
 		r   *Resolver
 		err error
@@ -69,6 +83,10 @@ func New(cfg Config) (*Client, error) {
 		defaultPort:  cfg.DefaultPort,
 		prober:       cfg.Prober,
 		probeTimeout: cfg.ProbeTimeout,
+		maxProbes:    cfg.MaxProbes,
+	}
+	if c.maxProbes == 0 {
+		c.maxProbes = DefaultMaxProbes
 	}
 	if c.defaultPort == 0 {
 		c.defaultPort = DefaultPort

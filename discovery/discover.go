@@ -7,8 +7,12 @@ import (
 // Result is a name resolved and its candidates ranked.
 type Result struct {
 	Answer
-	// Ranking holds every candidate, the reachable ones fastest first.
+	// Ranking holds every candidate probed, the reachable ones fastest
+	// first: the first Config.MaxProbes of the answer.
 	Ranking Ranking
+	// NotProbed counts the candidates beyond Config.MaxProbes, left out of
+	// the probe round and of Ranking.
+	NotProbed int
 }
 
 // Best returns the fastest reachable candidate.
@@ -27,8 +31,9 @@ func (c *Client) discover(ctx context.Context, name string, port, fallback uint1
 		return Result{Answer: ans}, err
 	}
 	res := Result{Answer: ans, Ranking: c.Rank(ctx, ans.Candidates)}
+	res.NotProbed = len(ans.Candidates) - len(res.Ranking)
 	if _, ok := res.Best(); !ok {
-		return res, unreachable(ans.Name, res.Ranking)
+		return res, unreachable(ans.Name, res.Ranking, res.NotProbed)
 	}
 	return res, nil
 }

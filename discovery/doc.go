@@ -5,10 +5,10 @@
 // prod.pgcluster.lan) resolves to every serving node. A [Client] asks DNS
 // servers directly, or the system's nameservers, follows CNAME chains, reads
 // ports from SRV records (_postgresql._tcp.NAME) and keeps the TTL of what it
-// was told. It then probes every candidate in parallel within one timeout —
-// a TCP connect, or a PostgreSQL SSLRequest round trip that needs no
-// credentials — and ranks the reachable ones by latency ("T3": test, try,
-// take the fastest).
+// was told. It then probes the candidates (the first 32 of a big cluster)
+// in parallel within one timeout — a TCP connect, or a PostgreSQL
+// SSLRequest round trip that needs no credentials — and ranks the reachable
+// ones by latency ("T3": test, try, take the fastest).
 //
 // A [Watcher] keeps the answer current: it re-resolves when the TTL runs out,
 // on a timer, when the caller reports a connection error, and when the answer

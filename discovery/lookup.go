@@ -16,8 +16,31 @@ import (
 // SRVPrefix is prepended to a name to ask for the ports of its nodes.
 const SRVPrefix = "_postgresql._tcp."
 
-// ErrNoAddress is returned when a name resolves to no address at all.
+// ErrNoAddress is returned when a name resolves to no address at all. The
+// error also wraps ErrNoSuchName or ErrNoData when the DNS answer tells
+// which.
 var ErrNoAddress = errors.New("discovery: no address")
+
+var (
+	// ErrNoSuchName is wrapped with ErrNoAddress when the name does not
+	// exist (NXDOMAIN): a typing error, or a cluster or alias not (or no
+	// longer) in the zone.
+	ErrNoSuchName = errors.New("no such name (NXDOMAIN)")
+	// ErrNoData is wrapped with ErrNoAddress when the name exists but has
+	// no address (NODATA): for example a cluster none of whose nodes
+	// serves, or primary.CLUSTER while no node, or two, claim to be primary.
+	ErrNoData = errors.New("name exists but has no address")
+)
+
+// MaxUnglued is the most SRV targets of one answer whose addresses are
+// asked for separately, when the server did not send them with the SRV
+// records (in the additional section, as pgcluster does); further targets
+// without addresses are left out and counted in Answer.Unresolved. At most
+// ungluedParallel of them are asked at a time.
+const MaxUnglued = 8
+
+// ungluedParallel bounds the SRV targets resolved at the same time.
+const ungluedParallel = 4
 
 // Candidate is one address a name resolved to.
 type Candidate struct {
@@ -44,16 +67,25 @@ type Answer struct {
 	TTL time.Duration
 	// SRV tells whether the ports came from SRV records.
 	SRV bool
+	// Truncated tells that the DNS answer used carried the TC bit even over
+	// TCP: the server sent part of the set (a cluster bigger than one
+	// answer), and the candidates are that part.
+	Truncated bool
+	// Unresolved counts the SRV targets left out because the server sent
+	// no address for them and MaxUnglued others were already asked for.
+	Unresolved int
 }
 
 // Resolve asks DNS for the nodes behind name. Unless the Client has a fixed
 // Port, it first looks for SRV records at _postgresql._tcp.NAME, then at
 // _postgresql._tcp.CANONICAL when NAME is a CNAME, and takes each node's port
-// from them; without SRV records the A and AAAA addresses of name are used
-// with the default port. An IP literal resolves to itself. A failed query
-// fails the whole resolution rather than giving a partial answer; a name
-// that does not exist, or has no address, gives an empty Answer and
-// ErrNoAddress.
+// from them, with the targets' addresses sent along (at most MaxUnglued
+// targets without them are asked for); without SRV records the A and AAAA
+// addresses of name are used with the default port. An IP literal resolves
+// to itself; a name CheckName refuses is refused before any query. A failed
+// query fails the whole resolution rather than giving a partial answer; a
+// name that does not exist, or has no address, gives an empty Answer and
+// ErrNoAddress, with ErrNoSuchName (NXDOMAIN) or ErrNoData.
 func (c *Client) Resolve(ctx context.Context, name string) (Answer, error) {
 	return c.resolve(ctx, name, c.port, c.defaultPort)
 }
@@ -64,6 +96,9 @@ func (c *Client) resolve(ctx context.Context, name string, port, fallback uint16
 	if ip, err := netip.ParseAddr(name); err == nil {
 		addr := netip.AddrPortFrom(ip.Unmap(), cmp.Or(port, fallback))
 		return Answer{Name: name, Canonical: name, Candidates: []Candidate{{Addr: addr, Host: name}}}, nil
+	}
+	if err := CheckName(name); err != nil {
+		return Answer{Name: name, Canonical: name}, err
 	}
 	name = dns.Fqdn(name)
 	a4, a6, srv, err := c.ask(ctx, name, port == 0)
@@ -82,16 +117,30 @@ func (c *Client) resolve(ctx context.Context, name string, port, fallback uint16
 		}
 		port = fallback
 	}
-	ans := Answer{Name: name, Canonical: canonical, TTL: ttlOf(min(a4.ttl, a6.ttl))}
+	ans := Answer{Name: name, Canonical: canonical, TTL: ttlOf(min(a4.ttl, a6.ttl)), Truncated: a4.truncated || a6.truncated}
+	var u uniq
 	for _, rr := range append(a4.rrs, a6.rrs...) {
 		if ip, ok := addrOf(rr); ok {
-			ans.Candidates = appendUnique(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, port), Host: canonical})
+			ans.Candidates = u.append(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, port), Host: canonical})
 		}
 	}
 	if len(ans.Candidates) == 0 {
-		return ans, fmt.Errorf("%w for %s", ErrNoAddress, name)
+		return ans, noAddress(name, canonical, a4.rcode)
 	}
 	return ans, nil
+}
+
+// noAddress tells why name (canonical at the end of its CNAME chain) has no
+// address, from the rcode of the answer for the canonical name.
+func noAddress(name, canonical string, rcode int) error {
+	why := ErrNoData
+	if rcode == dns.RcodeNameError {
+		why = ErrNoSuchName
+	}
+	if !equalName(name, canonical) {
+		return fmt.Errorf("%w for %s (alias of %s): %w", ErrNoAddress, name, canonical, why)
+	}
+	return fmt.Errorf("%w for %s: %w", ErrNoAddress, name, why)
 }
 
 // ask sends the A, AAAA and (when withSRV) SRV queries for name in
@@ -117,48 +166,67 @@ func (c *Client) ask(ctx context.Context, name string, withSRV bool) (a4, a6, sr
 
 // fromSRV turns SRV records into candidates, taking the targets' addresses
 // from the additional section when the server sent them and asking for the
-// others, all in parallel.
+// others, at most MaxUnglued of them, ungluedParallel at a time.
 func (c *Client) fromSRV(ctx context.Context, name, canonical string, srv rrset) (Answer, error) {
-	ans := Answer{Name: name, Canonical: canonical, SRV: true}
+	ans := Answer{Name: name, Canonical: canonical, SRV: true, Truncated: srv.truncated}
 	ttl := srv.ttl
+	glue := make(map[string][]dns.RR)
+	for _, x := range srv.extra {
+		if _, ok := addrOf(x); ok {
+			owner := dns.CanonicalName(x.Header().Name)
+			glue[owner] = append(glue[owner], x)
+		}
+	}
 	type target struct {
 		srv   *dns.SRV
 		addrs []netip.Addr
 		ttl   uint32
 		err   error
 	}
-	targets := make([]*target, 0, len(srv.rrs))
-	var wg sync.WaitGroup
+	var targets, unglued []*target
 	for _, rr := range srv.rrs {
 		s := rr.(*dns.SRV)
 		if s.Target == "." {
 			continue // "service decidedly not available" (RFC 2782)
 		}
 		t := &target{srv: s, ttl: math.MaxUint32}
-		targets = append(targets, t)
-		for _, x := range srv.extra {
-			if ip, ok := addrOf(x); ok && equalName(x.Header().Name, s.Target) {
-				t.addrs = append(t.addrs, ip)
-				t.ttl = min(t.ttl, x.Header().Ttl)
-			}
+		for _, x := range glue[dns.CanonicalName(s.Target)] {
+			ip, _ := addrOf(x)
+			t.addrs = append(t.addrs, ip)
+			t.ttl = min(t.ttl, x.Header().Ttl)
 		}
 		if len(t.addrs) == 0 {
-			wg.Go(func() { t.addrs, t.ttl, t.err = c.addresses(ctx, s.Target) })
+			if len(unglued) == MaxUnglued {
+				ans.Unresolved++
+				continue
+			}
+			unglued = append(unglued, t)
 		}
+		targets = append(targets, t)
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, ungluedParallel)
+	for _, t := range unglued {
+		wg.Go(func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			t.addrs, t.ttl, t.err = c.addresses(ctx, t.srv.Target)
+		})
 	}
 	wg.Wait()
+	var u uniq
 	for _, t := range targets {
 		if t.err != nil {
 			return ans, t.err
 		}
 		ttl = min(ttl, t.ttl)
 		for _, ip := range t.addrs {
-			ans.Candidates = appendUnique(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, t.srv.Port), Host: t.srv.Target})
+			ans.Candidates = u.append(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, t.srv.Port), Host: t.srv.Target})
 		}
 	}
 	ans.TTL = ttlOf(ttl)
 	if len(ans.Candidates) == 0 {
-		return ans, fmt.Errorf("%w for %s", ErrNoAddress, name)
+		return ans, fmt.Errorf("%w for %s: %w (its SRV records name no target with an address)", ErrNoAddress, name, ErrNoData)
 	}
 	return ans, nil
 }
@@ -201,13 +269,18 @@ func addrOf(rr dns.RR) (netip.Addr, bool) {
 	return ip.Unmap(), ok
 }
 
-// appendUnique appends c unless its address is already in cs.
-func appendUnique(cs []Candidate, c Candidate) []Candidate {
-	for _, x := range cs {
-		if x.Addr == c.Addr {
-			return cs
-		}
+// uniq drops candidates whose address was already appended.
+type uniq map[netip.AddrPort]bool
+
+// append appends c to cs unless its address is already there.
+func (u *uniq) append(cs []Candidate, c Candidate) []Candidate {
+	if *u == nil {
+		*u = make(uniq)
 	}
+	if (*u)[c.Addr] {
+		return cs
+	}
+	(*u)[c.Addr] = true
 	return append(cs, c)
 }
 

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,17 +132,30 @@ func TestResolveWithoutSRV(t *testing.T) {
 	}
 }
 
+// A name with no address says whether it does not exist (NXDOMAIN) or
+// exists without an address (NODATA), through an alias too.
 func TestResolveNoAddress(t *testing.T) {
 	c := newCluster(t, 0)
 	c.dns.SetTTL(3)
+	c.dns.SetAlias("gone", "removed")
 	cl := c.client(t, Config{})
-	for _, name := range []string{"nothing.pgcluster.lan", "standby.local.pgcluster.lan"} {
-		ans, err := cl.Resolve(t.Context(), name)
-		if !errors.Is(err, ErrNoAddress) {
-			t.Errorf("Resolve(%s): %v, want ErrNoAddress", name, err)
+	tests := []struct {
+		name string
+		why  error
+		text string
+	}{
+		{"nothing.pgcluster.lan", ErrNoSuchName, "no address for nothing.pgcluster.lan.: no such name (NXDOMAIN)"},
+		{"gone.pgcluster.lan", ErrNoSuchName, "alias of removed.pgcluster.lan.): no such name (NXDOMAIN)"},
+		{"standby.local.pgcluster.lan", ErrNoData, "no address for standby.local.pgcluster.lan.: name exists but has no address"},
+		{"standby.prod.pgcluster.lan", ErrNoData, "name exists but has no address"},
+	}
+	for _, tc := range tests {
+		ans, err := cl.Resolve(t.Context(), tc.name)
+		if !errors.Is(err, ErrNoAddress) || !errors.Is(err, tc.why) || !strings.Contains(err.Error(), tc.text) {
+			t.Errorf("Resolve(%s): %v; want ErrNoAddress and %v, saying %q", tc.name, err, tc.why, tc.text)
 		}
 		if ans.TTL != 3*time.Second {
-			t.Errorf("Resolve(%s): TTL %s, want the negative TTL 3s", name, ans.TTL)
+			t.Errorf("Resolve(%s): TTL %s, want the negative TTL 3s", tc.name, ans.TTL)
 		}
 	}
 }

@@ -2,7 +2,7 @@ package discovery
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -115,7 +115,10 @@ func (c *Client) DialContext(ctx context.Context, network, addr string) (net.Con
 		errs = append(errs, err)
 	}
 	c.lookups.reset()
-	return nil, errors.Join(errs...)
+	if len(errs) == 0 {
+		return nil, fmt.Errorf("discovery: %s: %w", host, ErrUnreachable)
+	}
+	return nil, &joined{what: "candidates", errs: errs}
 }
 
 // addrStrings returns the addresses of r as "ip:port".

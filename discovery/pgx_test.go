@@ -116,7 +116,7 @@ func TestClientConnect(t *testing.T) {
 
 func TestWatcherLookupFunc(t *testing.T) {
 	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond)
-	w, _ := watch(t, c.client(t, Config{}), "prod.pgcluster.lan", WatchOptions{MinInterval: 10 * time.Millisecond})
+	w, _ := watch(t, c.client(t, Config{}), "prod.pgcluster.lan", WatchOptions{MinInterval: MinWatchInterval})
 	lookup := w.LookupFunc()
 	before := c.dns.Queries()
 	got, err := lookup(t.Context(), "PROD.pgcluster.lan")

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 )
@@ -54,6 +53,8 @@ func (r Ranking) Reachable() Ranking {
 
 // Rank probes every candidate in parallel, each within the same timeout, so a
 // candidate that never answers costs one timeout however many there are.
+// It opens one connection per candidate at once: bound cands (as
+// Client.Rank does with Config.MaxProbes).
 func Rank(ctx context.Context, p Prober, timeout time.Duration, cands []Candidate) Ranking {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("probe timeout %s", timeout))
 	defer cancel()
@@ -81,19 +82,27 @@ func Rank(ctx context.Context, p Prober, timeout time.Duration, cands []Candidat
 	return r
 }
 
-// Rank probes cands with the Client's prober and timeout.
+// Rank probes cands with the Client's prober and timeout: the first
+// Config.MaxProbes of them, the others are left out of the Ranking.
 func (c *Client) Rank(ctx context.Context, cands []Candidate) Ranking {
-	return Rank(ctx, c.prober, c.probeTimeout, cands)
+	return Rank(ctx, c.prober, c.probeTimeout, cands[:min(len(cands), c.maxProbes)])
 }
 
 // ErrUnreachable is returned when no candidate answered the probe.
 var ErrUnreachable = errors.New("no candidate reachable")
 
-// unreachable describes a probe round in which nobody answered.
-func unreachable(name string, r Ranking) error {
+// unreachable describes a probe round in which nobody answered, in a
+// bounded number of bytes however many candidates there were; notProbed
+// counts the candidates beyond Config.MaxProbes.
+func unreachable(name string, r Ranking, notProbed int) error {
 	parts := make([]string, 0, len(r))
 	for _, p := range r {
 		parts = append(parts, fmt.Sprintf("%s: %v", p.Addr, p.Err))
 	}
-	return fmt.Errorf("discovery: %s: %w (%s)", name, ErrUnreachable, strings.Join(parts, "; "))
+	if notProbed == 0 {
+		return fmt.Errorf("discovery: %s: %w (%s)", name, ErrUnreachable, failures("candidates", parts))
+	}
+	why := failures("probed candidates", parts)
+	why += fmt.Sprintf("; %d other candidates not probed (at most %d per round)", notProbed, len(r))
+	return fmt.Errorf("discovery: %s: %w (%s)", name, ErrUnreachable, why)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -98,20 +100,31 @@ func SystemResolver(path string, timeout time.Duration) (*Resolver, error) {
 }
 
 // ParseServer turns "host", "host:port", "v6addr" or "[v6addr]:port" into a
-// "host:port" address, port 53 by default.
+// "host:port" address, port 53 by default. The port must be a number from 1
+// to 65535.
 func ParseServer(s string) (string, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
-		return "", errors.New("discovery: empty DNS server address")
+		return "", errors.New("discovery: empty DNS server address; want host or host:port")
 	}
-	if host, port, err := net.SplitHostPort(s); err == nil {
-		if host == "" || port == "" {
-			return "", fmt.Errorf("discovery: bad DNS server address %q", s)
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		return net.JoinHostPort(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"), "53"), nil
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		if strings.Contains(s, ":") {
+			return "", fmt.Errorf("discovery: bad DNS server address %q: want host, host:port or [ipv6]:port", s)
 		}
-		return s, nil
+		return net.JoinHostPort(s, "53"), nil
 	}
-	s = strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")
-	return net.JoinHostPort(s, "53"), nil
+	if host == "" {
+		return "", fmt.Errorf("discovery: bad DNS server address %q: no host before the port", s)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return "", fmt.Errorf("discovery: bad DNS server address %q: port %q is not a number from 1 to 65535", s, port)
+	}
+	return s, nil
 }
 
 // Servers returns the servers asked, in order, as "host:port".
@@ -160,20 +173,21 @@ type QueryError struct {
 	Errs []error
 }
 
-// Error lists the attempts' errors on one line.
+// Error tells on one line, of bounded length, why the attempts failed.
 func (e *QueryError) Error() string {
 	msgs := make([]string, len(e.Errs))
 	for i, err := range e.Errs {
 		msgs[i] = err.Error()
 	}
-	return fmt.Sprintf("discovery: %s %s: no answer: %s", e.Name, dns.TypeToString[e.Type], strings.Join(msgs, "; "))
+	return fmt.Sprintf("discovery: %s %s: no answer: %s", e.Name, dns.TypeToString[e.Type], failures("attempts", msgs))
 }
 
 // Unwrap returns the attempts' errors.
 func (e *QueryError) Unwrap() []error { return e.Errs }
 
 // exchangeOne asks one server over UDP, then over TCP when the reply is
-// truncated.
+// truncated. A TCP reply with the TC bit is a partial set (a cluster bigger
+// than one message): it is used as it is, and the TC bit tells the caller.
 func (r *Resolver) exchangeOne(ctx context.Context, m *dns.Msg, server string) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()

@@ -24,8 +24,16 @@ func TestParseServer(t *testing.T) {
 		{in: "[::1]", want: "[::1]:53"},
 		{in: "[::1]:5353", want: "[::1]:5353"},
 		{in: "dns.example", want: "dns.example:53"},
+		{in: "fe80::1%eth0", want: "[fe80::1%eth0]:53"},
 		{in: "", err: true},
+		{in: " ", err: true},
 		{in: ":53", err: true},
+		{in: ":abc", err: true},
+		{in: "127.0.0.1:99999", err: true},
+		{in: "127.0.0.1:0", err: true},
+		{in: "127.0.0.1:abc", err: true},
+		{in: "127.0.0.1:", err: true},
+		{in: "a:b:c", err: true},
 	}
 	for _, tc := range tests {
 		got, err := ParseServer(tc.in)

@@ -52,13 +52,20 @@ type view struct {
 
 // Watch resolves name and keeps it current until Close. ctx bounds only the
 // first resolution, which must succeed (a name with no address is a success:
-// the Watcher starts empty and waits for nodes to appear).
+// the Watcher starts empty and waits for nodes to appear). A name CheckName
+// refuses, and intervals below MinWatchInterval, are refused.
 func (c *Client) Watch(ctx context.Context, name string, opts WatchOptions) (*Watcher, error) {
 	return c.watch(ctx, name, c.port, c.defaultPort, opts)
 }
 
 // watch is Watch with the port settings of resolve.
 func (c *Client) watch(ctx context.Context, name string, port, fallback uint16, opts WatchOptions) (*Watcher, error) {
+	if err := opts.check(); err != nil {
+		return nil, err
+	}
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
 	if _, err := netip.ParseAddr(name); err != nil {
 		name = dns.Fqdn(name)
 	}
@@ -134,7 +141,7 @@ func (w *Watcher) Rank(ctx context.Context) (Ranking, error) {
 		}
 		r := w.c.Rank(ctx, cands)
 		if _, ok := r.Best(); !ok {
-			return r, unreachable(w.name, r)
+			return r, unreachable(w.name, r, len(cands)-len(r))
 		}
 		return r, nil
 	})

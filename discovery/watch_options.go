@@ -1,6 +1,7 @@
 package discovery
 
 import (
+	"fmt"
 	"strings"
 	"time"
 
@@ -13,6 +14,10 @@ const (
 	DefaultWatchInterval = 30 * time.Second
 	// DefaultMinInterval is the shortest time between two resolutions.
 	DefaultMinInterval = 500 * time.Millisecond
+	// MinWatchInterval is the floor of WatchOptions.Interval and
+	// MinInterval: a Watcher resolves at most ten times a second (each
+	// resolution sends a few DNS queries), whatever it is told.
+	MinWatchInterval = 100 * time.Millisecond
 
 	// maxRetryInterval caps the backoff after failed resolutions.
 	maxRetryInterval = 5 * time.Second
@@ -25,10 +30,13 @@ var roleLabels = []string{"primary", "standby", "replica", "prefer-standby"}
 // WatchOptions configures a Watcher. The zero value is ready to use.
 type WatchOptions struct {
 	// Interval is the longest time between two resolutions, whatever the
-	// TTL; DefaultWatchInterval when zero.
+	// TTL; DefaultWatchInterval when zero. Watch refuses a value below
+	// MinWatchInterval.
 	Interval time.Duration
 	// MinInterval is the shortest time between two resolutions, whatever
-	// the TTL or the number of errors reported; DefaultMinInterval when zero.
+	// the TTL or the number of errors reported; DefaultMinInterval when
+	// zero, Interval when that is shorter. Watch refuses a value below
+	// MinWatchInterval.
 	MinInterval time.Duration
 	// Primary is the name whose answer is watched for a primary switch;
 	// when it changes the watched name is resolved again at once. When
@@ -46,6 +54,20 @@ type WatchOptions struct {
 	// fails. The Watcher keeps the previous answer and tries again with a
 	// backoff from MinInterval up to 5 seconds.
 	OnError func(error)
+}
+
+// check tells what is wrong with the intervals: a negative one, or one
+// below MinWatchInterval.
+func (o WatchOptions) check() error {
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"Interval", o.Interval}, {"MinInterval", o.MinInterval}} {
+		if f.d != 0 && f.d < MinWatchInterval {
+			return fmt.Errorf("discovery: WatchOptions.%s %s is below the floor of %s (MinWatchInterval); 0 means the default", f.name, f.d, MinWatchInterval)
+		}
+	}
+	return nil
 }
 
 // withDefaults fills in the zero fields.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +73,7 @@ func TestWatchTimer(t *testing.T) {
 	c := newCluster(t, 0, 0)
 	c.dns.SetTTL(3600)
 	_, ev := watch(t, c.client(t, Config{}), "local.pgcluster.lan",
-		WatchOptions{Interval: 200 * time.Millisecond, MinInterval: 10 * time.Millisecond})
+		WatchOptions{Interval: 200 * time.Millisecond, MinInterval: MinWatchInterval})
 	gone := c.nodes[1]
 	c.nodes = c.nodes[:1]
 	c.publish()
@@ -86,7 +87,7 @@ func TestWatchReportError(t *testing.T) {
 	c := newCluster(t, 0, 0)
 	c.dns.SetTTL(3600)
 	w, ev := watch(t, c.client(t, Config{}), "local.pgcluster.lan",
-		WatchOptions{Interval: time.Hour, MinInterval: 10 * time.Millisecond})
+		WatchOptions{Interval: time.Hour, MinInterval: MinWatchInterval})
 	gone := c.nodes[1]
 	c.nodes = c.nodes[:1]
 	c.publish()
@@ -142,7 +143,7 @@ func TestWatchPrimaryChangeTriggersResolve(t *testing.T) {
 	c.dns.SetTTL(3600)
 	c.dns.SetRecords("leader 1 IN A 127.0.0.1")
 	_, ev := watch(t, c.client(t, Config{}), "local.pgcluster.lan",
-		WatchOptions{Interval: time.Hour, MinInterval: 10 * time.Millisecond, Primary: "leader.pgcluster.lan"})
+		WatchOptions{Interval: time.Hour, MinInterval: MinWatchInterval, Primary: "leader.pgcluster.lan"})
 
 	gone := c.nodes[2]
 	c.nodes = c.nodes[:2]
@@ -179,7 +180,7 @@ func TestWatchDNSDown(t *testing.T) {
 	ev := newEvents()
 	cl := c.client(t, Config{DNSTimeout: 100 * time.Millisecond})
 	w, err := cl.Watch(t.Context(), "local.pgcluster.lan", WatchOptions{
-		MinInterval: 50 * time.Millisecond, IgnorePrimary: true,
+		MinInterval: MinWatchInterval, IgnorePrimary: true,
 		OnEvent: ev.on,
 		OnError: func(err error) {
 			select {
@@ -228,7 +229,7 @@ func TestWatchStartsEmpty(t *testing.T) {
 func TestWatchRefreshAndClose(t *testing.T) {
 	c := newCluster(t, 0, 0)
 	c.dns.SetTTL(3600)
-	w, _ := watch(t, c.client(t, Config{}), "local.pgcluster.lan", WatchOptions{MinInterval: 10 * time.Millisecond})
+	w, _ := watch(t, c.client(t, Config{}), "local.pgcluster.lan", WatchOptions{MinInterval: MinWatchInterval})
 	c.nodes = c.nodes[:1]
 	c.publish()
 	if err := w.Refresh(t.Context()); err != nil {
@@ -304,4 +305,33 @@ func TestWatchOptionsPrimaryName(t *testing.T) {
 			t.Errorf("primaryName(%q) = %q, want %q", tc.name, got, tc.want)
 		}
 	}
+}
+
+// Intervals below MinWatchInterval are refused before any query: with an
+// Interval of 1ns a Watcher used to resolve thousands of times a second.
+func TestWatchRefusesShortIntervals(t *testing.T) {
+	c := newCluster(t, 0)
+	cl := c.client(t, Config{})
+	for _, o := range []WatchOptions{
+		{Interval: time.Nanosecond},
+		{Interval: MinWatchInterval - 1},
+		{Interval: -time.Second},
+		{MinInterval: time.Nanosecond},
+		{MinInterval: -1},
+	} {
+		if w, err := cl.Watch(t.Context(), "local.pgcluster.lan", o); err == nil || !strings.Contains(err.Error(), "below the floor") {
+			if w != nil {
+				w.Close()
+			}
+			t.Errorf("Watch with Interval %s MinInterval %s: %v, want it refused", o.Interval, o.MinInterval, err)
+		}
+	}
+	if n := c.dns.Queries(); n != 0 {
+		t.Errorf("%d queries sent", n)
+	}
+	w, err := cl.Watch(t.Context(), "local.pgcluster.lan", WatchOptions{Interval: MinWatchInterval, MinInterval: MinWatchInterval})
+	if err != nil {
+		t.Fatalf("Watch at the floor: %v", err)
+	}
+	w.Close()
 }
