@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcluster/pgcluster/discovery"
 	"github.com/pgcluster/pgcluster/discovery/discoverytest"
 )
 
@@ -204,18 +206,147 @@ func TestJSON(t *testing.T) {
 	}
 }
 
+// noClient makes building a discovery client fail the test: a usage error
+// must stop pgdiscover before any client, and so any DNS query, exists.
+func noClient(t *testing.T) {
+	t.Helper()
+	saved := newClient
+	newClient = func(cfg discovery.Config) (*discovery.Client, error) {
+		t.Errorf("a client was built (servers %q): a query could go out", cfg.Servers)
+		return saved(cfg)
+	}
+	t.Cleanup(func() { newClient = saved })
+}
+
+// Usage errors exit 2 with a message saying what is wrong, before any
+// query. Every case names a loopback DNS server, or none only where -dns
+// itself is the error.
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{
-		{},
-		{"a", "b"},
-		{"-probe", "icmp", "x.lan"},
-		{"-port", "70000", "x.lan"},
-		{"-dns", ":53", "x.lan"},
-		{"-timeout", "0s", "x.lan"},
-	} {
+	noClient(t)
+	const dns = "127.0.0.1:1"
+	long := strings.Repeat("a", 70)
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dns", dns}, "want exactly one NAME"},
+		{[]string{"-dns", dns, "a", "b"}, "want exactly one NAME"},
+		{[]string{"-dns", dns, "-probe", "icmp", "x.lan"}, `unknown probe "icmp"`},
+		{[]string{"-dns", dns, "-port", "70000", "x.lan"}, "-port 70000: out of range"},
+		{[]string{"-dns", dns, "-timeout", "0s", "x.lan"}, "-timeout 0s: must be positive"},
+		{[]string{"-dns", dns, "-max-probes", "0", "x.lan"}, "-max-probes 0: must be at least 1"},
+		// -dns
+		{[]string{"-dns", "", "x.lan"}, `-dns "": empty; name a DNS server`},
+		{[]string{"-dns=", "x.lan"}, `-dns "": empty`},
+		{[]string{"-dns", " ", "x.lan"}, `-dns " ": empty`},
+		{[]string{"-dns", ":53", "x.lan"}, "no host before the port"},
+		{[]string{"-dns", ":abc", "x.lan"}, `":abc": no host before the port`},
+		{[]string{"-dns", "127.0.0.1:99999", "x.lan"}, `port "99999" is not a number from 1 to 65535`},
+		{[]string{"-dns", "127.0.0.1:abc", "x.lan"}, `port "abc" is not a number from 1 to 65535`},
+		{[]string{"-dns", dns + ",," + dns, "x.lan"}, "an empty address in the list"},
+		// -interval
+		{[]string{"-dns", dns, "-watch", "-interval", "1ns", "x.lan"}, "-interval 1ns: below the floor of 100ms"},
+		{[]string{"-dns", dns, "-interval", "99ms", "x.lan"}, "-interval 99ms: below the floor of 100ms"},
+		{[]string{"-dns", dns, "-interval", "-1s", "x.lan"}, "below the floor"},
+		// NAME
+		{[]string{"-dns", dns, long + ".pgcluster.lan"}, "is 70 bytes long, the most is 63"},
+		{[]string{"-dns", dns, strings.Repeat("abcdefghi.", 26)}, "259 bytes long, the most is 253"},
+		{[]string{"-dns", dns, "local..pgcluster.lan"}, "empty label"},
+		{[]string{"-dns", dns, "local.pgcluster.lan:5433"}, "has a port: give the name alone and the port with -port (pgdiscover -port 5433 local.pgcluster.lan)"},
+		{[]string{"-dns", dns, "[::1]:5432"}, "has a port"},
+		{[]string{"-dns", dns, "local pgcluster.lan"}, "character ' ' is not allowed"},
+	}
+	for _, tc := range tests {
 		var o, e bytes.Buffer
-		if code := run(t.Context(), args, &o, &e); code != 2 {
-			t.Errorf("%q: exit %d, want 2; stderr %s", args, code, e.String())
+		code := run(t.Context(), tc.args, &o, &e)
+		if code != 2 || o.Len() != 0 || !strings.Contains(e.String(), tc.want) {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 saying %q", tc.args, code, o.String(), e.String(), tc.want)
+		}
+	}
+}
+
+// -interval below the floor exits at once, without a query; at the floor,
+// -watch asks the server about ten times a second at most, not thousands.
+func TestWatchIntervalFloor(t *testing.T) {
+	s, _ := cluster(t, 0)
+	s.SetTTL(3600)
+	start := time.Now()
+	_, errOut, code := pgdiscover(t, "-dns", s.Addr, "-watch", "-interval", "1ns", "local.pgcluster.lan")
+	if code != 2 || s.Queries() != 0 {
+		t.Fatalf("-interval 1ns: exit %d after %s, %d queries, stderr %q; want exit 2 and no query", code, time.Since(start), s.Queries(), errOut)
+	}
+
+	w := discoverytest.StartLines(t, exec.Command(binary, "-dns", s.Addr, "-watch", "-interval", "100ms", "local.pgcluster.lan"))
+	if _, err := w.Next(15*time.Second, "first line"); err != nil {
+		t.Fatal(err)
+	}
+	before, start := s.Queries(), time.Now()
+	time.Sleep(2 * time.Second) // the window the rate is measured over, not a wait for a condition
+	n := s.Queries() - before
+	rate := float64(n) / time.Since(start).Seconds()
+	t.Logf("-watch -interval 100ms: %d queries in %s (%.0f/s)", n, time.Since(start).Round(time.Millisecond), rate)
+	// Each resolution asks A, AAAA and SRV of the name and of primary.NAME.
+	if rate > 10*6+10 {
+		t.Errorf("%.0f queries per second with -interval 100ms", rate)
+	}
+	if _, err := w.Stop(); err != nil {
+		t.Errorf("pgdiscover -watch after SIGINT: %v; stderr: %s", err, w.Stderr())
+	}
+}
+
+// A name that does not exist says NXDOMAIN; one that exists without an
+// address says so.
+func TestNoAddress(t *testing.T) {
+	s, _ := cluster(t, 0)
+	tests := []struct{ name, want string }{
+		{"nothing.pgcluster.lan", "no address for nothing.pgcluster.lan.: no such name (NXDOMAIN)"},
+		{"standby.prod.pgcluster.lan", "(alias of standby.local.pgcluster.lan.): name exists but has no address"},
+	}
+	for _, tc := range tests {
+		out, errOut, code := pgdiscover(t, "-dns", s.Addr, tc.name)
+		if code != 1 || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want exit 1 saying %q", tc.name, code, out, errOut, tc.want)
+		}
+	}
+}
+
+// A 3,000-node cluster: a few DNS queries, at most -max-probes probes, and
+// an error line of a few hundred bytes.
+func TestBigCluster(t *testing.T) {
+	s := discoverytest.NewServer(t, zone)
+	nodes := make([]discoverytest.Node, 3000)
+	for i := range nodes {
+		ip := netip.AddrFrom4([4]byte{127, 1, byte(i >> 8), byte(i)})
+		nodes[i] = discoverytest.Node{Name: fmt.Sprintf("n%d", i), Addr: netip.AddrPortFrom(ip, 1)} // nothing listens
+	}
+	s.SetCluster("local", nodes...)
+	for _, tc := range []struct {
+		args       []string
+		maxQueries int64
+		note       string
+	}{
+		{[]string{"-probe", "tcp", "-v"}, 5, "probed the first 32 of "},
+		{[]string{"-probe", "tcp", "-v", "-max-probes", "5"}, 5, "probed the first 5 of "},
+	} {
+		before := s.Queries()
+		out, errOut, code := pgdiscover(t, append(append([]string{"-dns", s.Addr}, tc.args...), "local.pgcluster.lan")...)
+		queries := s.Queries() - before
+		longest := 0
+		for l := range strings.Lines(errOut) {
+			longest = max(longest, len(l))
+		}
+		t.Logf("%q: exit %d, %d queries, longest stderr line %d bytes:\n%s", tc.args, code, queries, longest, errOut)
+		if code != 1 || out != "" {
+			t.Errorf("exit %d, stdout %q; want 1 and nothing", code, out)
+		}
+		if queries > tc.maxQueries {
+			t.Errorf("%d DNS queries, want at most %d", queries, tc.maxQueries)
+		}
+		if longest > 512 {
+			t.Errorf("a stderr line of %d bytes", longest)
+		}
+		if !strings.Contains(errOut, tc.note) {
+			t.Errorf("stderr does not say %q", tc.note)
 		}
 	}
 }

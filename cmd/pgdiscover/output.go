@@ -25,6 +25,9 @@ type jsonResult struct {
 	Canonical  string          `json:"canonical,omitempty"`
 	TTL        float64         `json:"ttl_seconds"`
 	SRV        bool            `json:"srv"`
+	Truncated  bool            `json:"truncated,omitempty"`
+	Unresolved int             `json:"unresolved,omitempty"`
+	NotProbed  int             `json:"not_probed,omitempty"`
 	Chosen     string          `json:"chosen,omitempty"`
 	Candidates []jsonCandidate `json:"candidates"`
 	Error      string          `json:"error,omitempty"`
@@ -49,6 +52,7 @@ func (p *printer) result(res discovery.Result, err error) {
 	best, ok := res.Best()
 	if p.json {
 		jr := jsonResult{Name: res.Name, Canonical: res.Canonical, TTL: res.TTL.Seconds(), SRV: res.SRV,
+			Truncated: res.Truncated, Unresolved: res.Unresolved, NotProbed: res.NotProbed,
 			Candidates: []jsonCandidate{}}
 		if ok {
 			jr.Chosen = best.Addr.String()
