@@ -109,24 +109,17 @@ func badSelfNode(node string) string {
 	return ""
 }
 
-var broadcastAddr = netip.AddrFrom4([4]byte{255, 255, 255, 255})
-
 // badSelfAddr says why a remote client could not use a, unmapped, as this
 // host's address.
 func badSelfAddr(a netip.Addr) string {
 	switch {
 	case a.Zone() != "":
 		return "has a zone (%" + a.Zone() + "), which means nothing to another host"
-	case a.IsUnspecified():
-		return "is the unspecified address"
 	case a.IsLoopback():
 		return "is a loopback address, which self exists to replace"
-	case a.IsMulticast():
-		return "is a multicast address"
-	case a == broadcastAddr:
-		return "is the broadcast address"
-	case a.IsLinkLocalUnicast():
-		return "is link-local, which needs a zone and reaches only the local link"
+	}
+	if why := unusableAddr(a); why != "" {
+		return "is " + why
 	}
 	return ""
 }

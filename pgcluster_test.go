@@ -78,7 +78,7 @@ var handlerCases = []test.Case{
 	{Qname: "pg2.local.pgcluster.lan.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("pg2.local.pgcluster.lan. 5 IN A 192.0.2.2")}},
 	{Qname: "pg4.local.pgcluster.lan.", Qtype: dns.TypeA, Ns: []dns.RR{soa}},
 	{Qname: "pg4.local.pgcluster.lan.", Qtype: dns.TypeTXT, Answer: []dns.RR{
-		test.TXT(`pg4.local.pgcluster.lan. 5 IN TXT "state=out" "role=standby" "address=192.0.2.4" "port=5432" "reason=the registry marks it unhealthy"`),
+		test.TXT(`pg4.local.pgcluster.lan. 5 IN TXT "state=out" "role=standby" "address=192.0.2.4" "port=5432" "reason=unhealthy" "detail=the registry marks it unhealthy"`),
 	}},
 	{Qname: "_postgresql._tcp.local.pgcluster.lan.", Qtype: dns.TypeSRV, Answer: []dns.RR{
 		test.SRV("_postgresql._tcp.local.pgcluster.lan. 5 IN SRV 0 10 5432 pg1.local.pgcluster.lan."),

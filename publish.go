@@ -2,7 +2,7 @@ package pgcluster
 
 import (
 	"net/netip"
-	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +17,10 @@ type publisher struct {
 	loop    bool
 	self    map[string]netip.Addr
 	nsAddrs []netip.Addr
+
+	// selfMissing holds the self options whose node the registry lacks,
+	// so that each is warned about once, when it goes missing.
+	selfMissing map[string]bool
 }
 
 // apply builds a snapshot from a load and publishes it.
@@ -64,9 +68,13 @@ func (pb *publisher) report(prev, s *snapshot) {
 
 	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	counts := map[string]int{}
+	known := make(map[skipped]bool, len(prev.skipped))
+	for _, sk := range prev.skipped {
+		known[sk] = true
+	}
 	for _, sk := range s.skipped {
 		counts[sk.reason]++
-		if !slices.Contains(prev.skipped, sk) {
+		if !known[sk] {
 			log.Warningf("Registry row skipped, not served: %s", sk)
 		}
 	}
@@ -85,5 +93,31 @@ func (pb *publisher) report(prev, s *snapshot) {
 		if _, ok := s.verdicts[key]; !ok {
 			log.Infof("Node %s left the registry", key)
 		}
+	}
+	pb.checkSelf(s)
+}
+
+// checkSelf warns, once each time it happens, that a self option names a
+// node the registry does not hold.
+func (pb *publisher) checkSelf(s *snapshot) {
+	if len(pb.self) == 0 {
+		return
+	}
+	if pb.selfMissing == nil {
+		pb.selfMissing = map[string]bool{}
+	}
+	names := map[string]bool{}
+	for key := range s.verdicts {
+		names[key[strings.IndexByte(key, '/')+1:]] = true
+	}
+	for key := range pb.self {
+		_, found := s.verdicts[key]
+		if !strings.Contains(key, "/") {
+			found = names[key]
+		}
+		if !found && !pb.selfMissing[key] {
+			log.Warningf("self %s: no such node in the registry; check the node name (NAME or CLUSTER/NAME)", key)
+		}
+		pb.selfMissing[key] = !found
 	}
 }

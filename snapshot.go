@@ -5,6 +5,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -17,11 +18,15 @@ type Node struct {
 	Cluster string
 	Name    string
 	Address netip.Addr
-	Port    int
-	Role    string
-	Healthy bool
+	// AddressBits is the mask length stored with the address (inet keeps
+	// one): 32 or 128 for a host. 0 means a host too (rows built in code).
+	AddressBits int
+	Port        int
+	Role        string
+	Healthy     bool
 	// HeartbeatAge is how old the heartbeat was when the row was read,
-	// measured by PostgreSQL's own clock.
+	// measured by PostgreSQL's own clock. Heartbeats too old or too far in
+	// the future for a time.Duration are clamped to its bounds.
 	HeartbeatAge time.Duration
 }
 
@@ -56,6 +61,8 @@ const (
 	skipDuplicate     = "duplicate"
 	skipAliasLoop     = "alias_loop"
 	skipAliasDangling = "alias_dangling"
+	skipAliasTooDeep  = "alias_too_deep"
+	skipNameTooLong   = "name_too_long"
 )
 
 // skipped is a row that could not be served, and why.
@@ -120,13 +127,32 @@ type member struct {
 	Node
 	addr    netip.Addr // the address to advertise
 	serving bool
-	reason  string
+	reason  string // a stable word: see verdict.go
+	detail  string // for TXT: what a person reads, numbers included
 }
 
 // cluster is one cluster's validated members.
 type cluster struct {
 	name    string
 	members []*member
+}
+
+// Bounds of owner names, in octets on the wire (RFC 1035 3.1): a name
+// holds at most 255, and the longest prefix pgcluster puts before a set's
+// name is "_postgresql._tcp.prefer-standby.".
+const (
+	maxNameLen   = 255
+	setPrefixLen = len(labelSRV) + 1 + len(labelPreferStandby) + 1
+)
+
+// longest is the longest prefix of a name under the cluster, in octets on
+// the wire: a set's SRV name or a node's name.
+func (c *cluster) longest() int {
+	n := setPrefixLen
+	for _, m := range c.members {
+		n = max(n, len(m.Name)+1)
+	}
+	return n
 }
 
 // build turns registry rows into a snapshot. It is a pure function of its
@@ -138,8 +164,12 @@ func build(in buildInput) *snapshot {
 		clusters: make(map[string]clusterStat),
 		verdicts: make(map[string]string),
 	}
-	clusters := s.validateNodes(in)
-	aliases := s.resolveAliases(in.aliases, clusters)
+	zoneLen := 0 // in octets on the wire, of the longest zone
+	for _, z := range in.zones {
+		zoneLen = max(zoneLen, len(z)+1)
+	}
+	clusters := s.validateNodes(in, zoneLen)
+	aliases := s.resolveAliases(in.aliases, clusters, zoneLen)
 
 	for _, z := range in.zones {
 		b := &builder{s: s, in: in, zone: z}
@@ -159,7 +189,7 @@ func build(in buildInput) *snapshot {
 
 // validateNodes drops rows that cannot be served and decides which of the
 // rest serve.
-func (s *snapshot) validateNodes(in buildInput) []*cluster {
+func (s *snapshot) validateNodes(in buildInput, zoneLen int) []*cluster {
 	byName := map[string]*cluster{}
 	var order []*cluster
 	nodes := append([]Node(nil), in.nodes...)
@@ -187,9 +217,12 @@ func (s *snapshot) validateNodes(in buildInput) []*cluster {
 		case seen[cl+"/"+nl]:
 			s.skip(skipDuplicate, what)
 			continue
+		case zoneLen+len(nl)+1+len(cl)+1 > maxNameLen || zoneLen+setPrefixLen+len(cl)+1 > maxNameLen:
+			s.skip(skipNameTooLong, what+": its names would be longer than 255 octets")
+			continue
 		}
 		seen[cl+"/"+nl] = true
-		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(n.Role), maxRole)
+		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
 		c := byName[cl]
 		if c == nil {
 			c = &cluster{name: cl}
@@ -217,39 +250,6 @@ func (s *snapshot) validateNodes(in buildInput) []*cluster {
 	return order
 }
 
-// judge decides whether a node serves, and which address it advertises.
-func judge(n Node, in buildInput) *member {
-	m := &member{Node: n, addr: n.Address.Unmap()}
-	if m.addr.IsLoopback() {
-		if a, ok := in.self[n.Cluster+"/"+n.Name]; ok {
-			m.addr = a
-		} else if a, ok := in.self[n.Name]; ok {
-			m.addr = a
-		}
-	}
-	switch {
-	case !n.Healthy:
-		m.reason = "the registry marks it unhealthy"
-	case in.staleAfter > 0 && n.HeartbeatAge > in.staleAfter:
-		m.reason = fmt.Sprintf("heartbeat %s old, stale_after %s", n.HeartbeatAge.Round(time.Millisecond), in.staleAfter)
-	case !m.addr.IsValid():
-		m.reason = "no address"
-	case m.addr.IsLoopback() && !in.allowLoopback:
-		m.reason = "loopback address " + m.addr.String() + " is not advertised"
-	default:
-		m.serving = true
-		m.reason = "serving"
-	}
-	return m
-}
-
-func (m *member) verdict() string {
-	if m.serving {
-		return "in (" + m.reason + ")"
-	}
-	return "out (" + m.reason + ")"
-}
-
 // resolvedAlias is an alias whose chain ends at a cluster.
 type resolvedAlias struct {
 	alias, target, final string
@@ -258,14 +258,22 @@ type resolvedAlias struct {
 
 // resolveAliases follows every alias to its cluster and orders them so that
 // an alias comes after the alias it points to.
-func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster) []resolvedAlias {
-	isCluster := map[string]bool{}
+func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster, zoneLen int) []resolvedAlias {
+	byName := map[string]*cluster{}
 	for _, c := range clusters {
-		isCluster[c.name] = true
+		byName[c.name] = c
 	}
 	target := map[string]string{}
 	rows = append([]Alias(nil), rows...)
-	sort.Slice(rows, func(i, j int) bool { return rows[i].Alias < rows[j].Alias })
+	// Of two aliases that differ only in case, the one already in lower case
+	// wins, as for nodes.
+	sort.SliceStable(rows, func(i, j int) bool {
+		ai, aj := strings.ToLower(rows[i].Alias), strings.ToLower(rows[j].Alias)
+		if ai != aj {
+			return ai < aj
+		}
+		return rows[i].Alias == ai && rows[j].Alias != aj
+	})
 	for _, r := range rows {
 		a, t := strings.ToLower(r.Alias), strings.ToLower(strings.TrimSuffix(r.Target, "."))
 		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
@@ -274,7 +282,7 @@ func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster) []resolvedA
 			s.skip(skipInvalidName, what)
 		case a == labelNS:
 			s.skip(skipReservedName, what)
-		case isCluster[a]:
+		case byName[a] != nil:
 			s.skip(skipDuplicate, what+": a cluster has that name")
 		case target[a] != "":
 			s.skip(skipDuplicate, what)
@@ -283,29 +291,42 @@ func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster) []resolvedA
 		}
 	}
 	var out []resolvedAlias
+	resolved := map[string]bool{}
 	for _, r := range rows {
 		a := strings.ToLower(r.Alias)
 		t, ok := target[a]
-		if !ok {
+		if !ok || resolved[a] {
 			continue
 		}
+		resolved[a] = true
 		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
 		cur, depth := t, 1
-		for ; !isCluster[cur]; depth++ {
+		path := []string{a}
+		for ; byName[cur] == nil; depth++ {
 			next, ok := target[cur]
-			if !ok {
+			path = append(path, cur)
+			switch {
+			case !ok:
 				s.skip(skipAliasDangling, what+": no cluster or alias "+cur)
-				break
-			}
-			if next == a || depth > len(target) {
+			case slices.Contains(path, next):
 				s.skip(skipAliasLoop, what)
-				break
+			case depth >= maxChain:
+				s.skip(skipAliasTooDeep, fmt.Sprintf("%s: more than %d aliases to a cluster", what, maxChain))
+			default:
+				cur = next
+				continue
 			}
-			cur = next
+			break
 		}
-		if isCluster[cur] {
-			out = append(out, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
+		c := byName[cur]
+		if c == nil {
+			continue
 		}
+		if zoneLen+c.longest()+len(a)+1 > maxNameLen {
+			s.skip(skipNameTooLong, what+": its names would be longer than 255 octets")
+			continue
+		}
+		out = append(out, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].depth < out[j].depth })
 	return out
@@ -389,10 +410,7 @@ func (b *builder) cluster(c *cluster) {
 	b.set(c.name, labelPreferStandby, preferStandby)
 	st := b.s.clusters[c.name]
 	ce := b.entry(b.name(c.name))
-	ce.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(b.name(c.name), dns.TypeTXT), Txt: []string{
-		fmt.Sprintf("serving=%d", st.serving), fmt.Sprintf("out=%d", st.out),
-		"primary=" + strings.Join(st.primaries, ","),
-	}}}
+	ce.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(b.name(c.name), dns.TypeTXT), Txt: clusterTXT(st)}}
 }
 
 // set writes a set name (the cluster itself, or a role under it) with the
@@ -508,24 +526,70 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	}
 }
 
-// nodeTXT explains a node's state: in or out, its role, and why.
+// nodeTXT explains a node's state: in or out, its role, why, and the
+// numbers behind the why.
 func nodeTXT(m *member, primaries int) []string {
 	state := "out"
 	if m.serving {
 		state = "in"
 	}
-	reason := m.reason
+	detail := m.detail
 	if m.serving && m.Role == rolePrimary && primaries > 1 {
-		reason = fmt.Sprintf("serving, but %d nodes claim to be primary: primary. has no address", primaries)
+		detail = fmt.Sprintf("%d nodes claim to be primary: primary. has no address", primaries)
 	}
-	return []string{
+	txt := []string{
 		"state=" + state,
 		"role=" + m.Role,
 		"address=" + m.Address.Unmap().String(),
 		fmt.Sprintf("port=%d", m.Port),
-		"reason=" + reason,
+		"reason=" + m.reason,
 	}
+	if detail != "" {
+		txt = append(txt, printable("detail="+detail, maxTXTString))
+	}
+	return txt
 }
+
+// clusterTXT sums a cluster up: nodes in and out, and the nodes that claim to
+// be primary. At most maxListed primaries are named, in strings that each
+// fit a TXT character-string, so the record packs whatever the registry holds.
+func clusterTXT(st clusterStat) []string {
+	txt := []string{fmt.Sprintf("serving=%d", st.serving), fmt.Sprintf("out=%d", st.out)}
+	names := st.primaries
+	more := 0
+	if len(names) > maxListed {
+		names, more = names[:maxListed], len(names)-maxListed
+	}
+	cur := "primary="
+	for i, n := range names {
+		if i > 0 {
+			if len(cur)+1+len(n) > maxTXTString {
+				txt = append(txt, cur)
+				cur = "primary+="
+			} else {
+				cur += ","
+			}
+		}
+		cur += n
+	}
+	if more > 0 {
+		tail := fmt.Sprintf(",+%d more", more)
+		if len(cur)+len(tail) > maxTXTString {
+			txt = append(txt, cur)
+			cur = "primary+="
+			tail = tail[1:]
+		}
+		cur += tail
+	}
+	return append(txt, cur)
+}
+
+// maxTXTString is the longest character-string a TXT record holds;
+// maxListed bounds the primaries a cluster's TXT names.
+const (
+	maxTXTString = 255
+	maxListed    = 8
+)
 
 // maxRole bounds the role shown in TXT records: the column is free text.
 const maxRole = 63

@@ -103,7 +103,7 @@ func TestStaleAfter(t *testing.T) {
 	})
 	t.Logf("stale after %v (stale_after 1s)", time.Since(start))
 	txt := MustQuery(t, "udp", s.UDP, "pg1.local."+Zone, dns.TypeTXT)
-	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), "stale_after 1s") {
+	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), `"reason=stale" "detail=heartbeat `) || !strings.Contains(txt.Answer[0].String(), "stale_after 1s") {
 		t.Errorf("TXT should say the heartbeat is stale: %v", txt.Answer)
 	}
 	pg.MustExec(t, "UPDATE pgcluster_nodes SET heartbeat = now() WHERE name = 'pg2'")

@@ -50,7 +50,7 @@ func TestZoneNames(t *testing.T) {
 		{name: "prefer-standby.local", qtype: dns.TypeA, answer: []string{"prefer-standby.local.pgcluster.lan. A 192.0.2.12"}},
 		{name: "pg2.local", qtype: dns.TypeA, answer: []string{"pg2.local.pgcluster.lan. A 192.0.2.12"}},
 		{name: "pg4.local", qtype: dns.TypeA, soa: true},
-		{name: "pg4.local", qtype: dns.TypeTXT, answer: []string{`pg4.local.pgcluster.lan. TXT "state=out" "role=standby" "address=192.0.2.14" "port=5432" "reason=the registry marks it unhealthy"`}},
+		{name: "pg4.local", qtype: dns.TypeTXT, answer: []string{`pg4.local.pgcluster.lan. TXT "state=out" "role=standby" "address=192.0.2.14" "port=5432" "reason=unhealthy" "detail=the registry marks it unhealthy"`}},
 		{name: "_postgresql._tcp.local", qtype: dns.TypeSRV, extra: 3, answer: []string{
 			"_postgresql._tcp.local.pgcluster.lan. SRV 0 10 5432 pg1.local.pgcluster.lan.",
 			"_postgresql._tcp.local.pgcluster.lan. SRV 0 10 5433 pg2.local.pgcluster.lan.",

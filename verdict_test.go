@@ -1,0 +1,135 @@
+package pgcluster
+
+import (
+	"math"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// txtOf returns the TXT record at name, in presentation format.
+func txtOf(s *snapshot, name string) string {
+	e := s.names[name]
+	if e == nil || len(e.txt) == 0 {
+		return ""
+	}
+	return e.txt[0].String()
+}
+
+// A heartbeat too old or too far in the future for a time.Duration arrives
+// clamped; one in the future by more than stale_after is as untrustworthy as
+// a stale one (issue 6, item 3).
+func TestHeartbeatBounds(t *testing.T) {
+	cases := []struct {
+		age    time.Duration
+		reason string
+	}{
+		{0, reasonServing},
+		{9 * time.Second, reasonServing},
+		{-9 * time.Second, reasonServing}, // clock skew within stale_after
+		{11 * time.Second, reasonStale},
+		{math.MaxInt64, reasonStale},                        // '0001-01-01', '4713-01-01 BC'
+		{-74 * 365 * 24 * time.Hour, reasonFutureHeartbeat}, // '2100-01-01'
+		{math.MinInt64, reasonFutureHeartbeat},              // 'infinity'
+	}
+	for _, tc := range cases {
+		n := node("local", "pg1", "192.0.2.1", "primary")
+		n.HeartbeatAge = tc.age
+		s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5, staleAfter: 10 * time.Second})
+		txt := txtOf(s, "pg1.local."+testZone)
+		if !strings.Contains(txt, `"reason=`+tc.reason+`"`) {
+			t.Errorf("heartbeat age %v: want reason %s, TXT %s", tc.age, tc.reason, txt)
+		}
+		if served := addrsOf(s.names["local."+testZone]) != ""; served != (tc.reason == reasonServing) {
+			t.Errorf("heartbeat age %v: served %t", tc.age, served)
+		}
+		if _, err := s.names["pg1.local."+testZone].txt[0].(*dns.TXT); !err {
+			t.Fatal("TXT record expected")
+		}
+	}
+}
+
+// Addresses no client can connect to are out, with the reason (issue 6,
+// item 6).
+func TestUnusableAddresses(t *testing.T) {
+	for _, a := range []string{"0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "169.254.1.1", "fe80::1"} {
+		n := node("local", "pg1", a, "primary")
+		s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5, allowLoopback: true})
+		if got := addrsOf(s.names["local."+testZone]); got != "" {
+			t.Errorf("%s is served: %s", a, got)
+		}
+		if txt := txtOf(s, "pg1.local."+testZone); !strings.Contains(txt, `"reason=unusable_address"`) || !strings.Contains(txt, a) {
+			t.Errorf("%s: TXT should say why: %s", a, txt)
+		}
+	}
+	// inet '10.1.0.0/16': a network, not a host.
+	n := node("local", "pg1", "10.1.0.0", "primary")
+	n.AddressBits = 16
+	s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	if got := addrsOf(s.names["local."+testZone]); got != "" {
+		t.Errorf("a network address is served: %s", got)
+	}
+	if txt := txtOf(s, "pg1.local."+testZone); !strings.Contains(txt, "10.1.0.0/16 is a network") {
+		t.Errorf("TXT: %s", txt)
+	}
+	// A host with its full mask is a host.
+	n.AddressBits = 32
+	s = build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	if got := addrsOf(s.names["local."+testZone]); got != "10.1.0.0" {
+		t.Errorf("10.1.0.0/32 is a host: %q", got)
+	}
+}
+
+// While a node stays stale, the content hash (so the serial) and the
+// verdicts (so the log) stay the same: only TXT's detail shows the age
+// (issue 6, item 12).
+func TestStaleVerdictStable(t *testing.T) {
+	in := buildInput{zones: []string{testZone}, nodes: testNodes(), ttl: 5, staleAfter: 10 * time.Second}
+	in.nodes[1].HeartbeatAge = 11 * time.Second
+	a := build(in)
+	in.nodes = testNodes()
+	in.nodes[1].HeartbeatAge = 47 * time.Second
+	b := build(in)
+	if a.hash != b.hash {
+		t.Error("a stale node growing older changed the content hash: the serial would churn")
+	}
+	if va, vb := a.verdicts["local/pg2"], b.verdicts["local/pg2"]; va != vb || va != "out (stale)" {
+		t.Errorf("verdicts %q then %q: want the same stable words", va, vb)
+	}
+	if txt := txtOf(b, "pg2.local."+testZone); !strings.Contains(txt, "heartbeat 47s old") {
+		t.Errorf("TXT still shows the age: %s", txt)
+	}
+}
+
+// A role is trimmed and folded: 'Primary ' is a primary (issue 6, item 16).
+func TestRoleTrimmed(t *testing.T) {
+	s := build(buildInput{zones: []string{testZone}, nodes: []Node{node("local", "pg1", "192.0.2.1", " Primary ")}, ttl: 5})
+	if got := addrsOf(s.names["primary.local."+testZone]); got != "192.0.2.1" {
+		t.Errorf("' Primary ' should be the primary: %q", got)
+	}
+}
+
+// A self option naming a node the registry lacks is warned about once, not
+// at every load, and again only after the node came and went (issue 6,
+// item 13).
+func TestSelfUnknownNodeWarnsOnce(t *testing.T) {
+	logs := captureLog(t)
+	pb := &publisher{p: &PgCluster{}, zones: []string{testZone}, ttl: 5,
+		self: map[string]netip.Addr{"pg9": netip.MustParseAddr("192.0.2.99"), "local/pg1": netip.MustParseAddr("192.0.2.98")}}
+	pb.apply(testNodes(), nil)
+	pb.apply(testNodes(), nil)
+	if n := strings.Count(logs.String(), "self pg9: no such node"); n != 1 {
+		t.Errorf("warned %d times about self pg9, want once:\n%s", n, logs)
+	}
+	if strings.Contains(logs.String(), "self local/pg1") {
+		t.Errorf("local/pg1 exists:\n%s", logs)
+	}
+	pb.apply(append(testNodes(), node("other", "pg9", "127.0.0.9", "standby")), nil)
+	pb.apply(testNodes(), nil)
+	if n := strings.Count(logs.String(), "self pg9: no such node"); n != 2 {
+		t.Errorf("warned %d times about self pg9, want twice (it came and went):\n%s", n, logs)
+	}
+}
