@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 
@@ -22,8 +23,14 @@ const (
 )
 
 const (
+	// nodesQuery measures each heartbeat's age with PostgreSQL's clock. No row
+	// can make it fail: an infinite heartbeat (which the subtraction refuses)
+	// is infinitely old or young, and a missing one counts as infinitely old.
 	nodesQuery = `SELECT cluster, name, address, port, role, healthy,
-  extract(epoch FROM clock_timestamp() - heartbeat)::float8 AS heartbeat_age
+  CASE WHEN heartbeat IS NULL OR heartbeat = '-infinity' THEN 'Infinity'::float8
+       WHEN heartbeat = 'infinity' THEN '-Infinity'::float8
+       ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
+  END AS heartbeat_age
 FROM pgcluster_nodes`
 	aliasesQuery = `SELECT alias, target FROM pgcluster_aliases`
 )
@@ -143,7 +150,7 @@ type nodeRow struct {
 	Port         int32        `db:"port"`
 	Role         string       `db:"role"`
 	Healthy      bool         `db:"healthy"`
-	HeartbeatAge float64      `db:"heartbeat_age"`
+	HeartbeatAge float64      `db:"heartbeat_age"` // seconds; ±Inf for infinite heartbeats
 }
 
 type aliasRow struct {
@@ -166,11 +173,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 
 	ns := make([]Node, len(nodes))
 	for i, n := range nodes {
-		ns[i] = Node{
-			Cluster: n.Cluster, Name: n.Name, Address: n.Address.Addr(), Port: int(n.Port),
-			Role: n.Role, Healthy: n.Healthy,
-			HeartbeatAge: time.Duration(n.HeartbeatAge * float64(time.Second)),
-		}
+		ns[i] = n.node()
 	}
 	as := make([]Alias, len(aliases))
 	for i, a := range aliases {
@@ -185,6 +188,31 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		close(r.loaded)
 	}
 	return r.nextReload(ns), nil
+}
+
+// node converts a scanned row.
+func (n nodeRow) node() Node {
+	return Node{
+		Cluster: n.Cluster, Name: n.Name,
+		Address: n.Address.Addr(), AddressBits: n.Address.Bits(),
+		Port: int(n.Port), Role: n.Role, Healthy: n.Healthy,
+		HeartbeatAge: heartbeatAge(n.HeartbeatAge),
+	}
+}
+
+// heartbeatAge converts an age in seconds to a Duration without overflow:
+// ages beyond its range clamp to its bounds (an ancient heartbeat is as old
+// as a Duration can say, +Inf too; one far in the future, or -Inf, as young),
+// and NaN counts as ancient.
+func heartbeatAge(seconds float64) time.Duration {
+	ns := seconds * float64(time.Second)
+	switch {
+	case math.IsNaN(ns) || ns >= math.MaxInt64:
+		return math.MaxInt64
+	case ns <= math.MinInt64:
+		return math.MinInt64
+	}
+	return time.Duration(ns)
 }
 
 // readRegistry reads both tables in one repeatable-read, read-only
@@ -216,15 +244,25 @@ func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
 	}
 }
 
-// nextReload is the refresh interval, or sooner when a heartbeat will pass
-// stale_after before then.
+// nextReload is the refresh interval, or sooner when a heartbeat will cross
+// stale_after before then: a fresh one growing stale, or one in the future
+// coming within stale_after of now.
 func (r *registry) nextReload(nodes []Node) time.Duration {
 	next := r.refresh
 	if r.staleAfter <= 0 {
 		return next
 	}
 	for _, n := range nodes {
-		if left := r.staleAfter - n.HeartbeatAge; left >= 0 && left < next {
+		var left time.Duration
+		switch age := n.HeartbeatAge; {
+		case age > r.staleAfter:
+			continue // stale for good
+		case age < -r.staleAfter:
+			left = -r.staleAfter - age
+		default:
+			left = r.staleAfter - age
+		}
+		if left < next {
 			next = left + time.Millisecond
 		}
 	}

@@ -12,8 +12,31 @@ CREATE TABLE IF NOT EXISTS pgcluster_nodes (
   role      text        NOT NULL DEFAULT 'unknown', -- 'primary' | 'standby' | 'unknown'
   healthy   boolean     NOT NULL DEFAULT true,      -- the cluster protocol's own view
   heartbeat timestamptz NOT NULL DEFAULT now(),
-  PRIMARY KEY (cluster, name)
+  PRIMARY KEY (cluster, name),
+  -- A heartbeat is a moment: 'infinity' and '-infinity' are refused.
+  CONSTRAINT pgcluster_nodes_heartbeat_finite CHECK (isfinite(heartbeat)),
+  -- An address is one host: a network such as '10.1.0.0/16' is refused.
+  CONSTRAINT pgcluster_nodes_address_host
+    CHECK (masklen(address) = CASE family(address) WHEN 4 THEN 32 ELSE 128 END)
 );
+
+-- A registry made by an older schema.sql gets the same checks. NOT VALID: the
+-- rows already there stay (pgcluster serves none of them and says why in its
+-- log and TXT); every row inserted or updated from now on is checked.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgcluster_nodes'::regclass
+                 AND conname = 'pgcluster_nodes_heartbeat_finite') THEN
+    ALTER TABLE pgcluster_nodes ADD CONSTRAINT pgcluster_nodes_heartbeat_finite
+      CHECK (isfinite(heartbeat)) NOT VALID;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conrelid = 'pgcluster_nodes'::regclass
+                 AND conname = 'pgcluster_nodes_address_host') THEN
+    ALTER TABLE pgcluster_nodes ADD CONSTRAINT pgcluster_nodes_address_host
+      CHECK (masklen(address) = CASE family(address) WHEN 4 THEN 32 ELSE 128 END) NOT VALID;
+  END IF;
+END
+$$;
 
 CREATE TABLE IF NOT EXISTS pgcluster_aliases (
   alias  text PRIMARY KEY,  -- a DNS label

@@ -1,0 +1,167 @@
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+)
+
+func TestHeartbeatAge(t *testing.T) {
+	const year = 365.25 * 24 * 3600
+	tests := []struct {
+		seconds float64
+		want    time.Duration
+	}{
+		{0, 0},
+		{1.5, 1500 * time.Millisecond},
+		{-2, -2 * time.Second},
+		{100 * year, time.Duration(100 * year * 1e9)},
+		{-75 * year, time.Duration(-75 * year * 1e9)},    // '2100-01-01': within range
+		{325 * year, math.MaxInt64},                      // '1700-01-01'
+		{2025 * year, math.MaxInt64},                     // '0001-01-01'
+		{6738 * year, math.MaxInt64},                     // '4713-01-01 BC'
+		{-292278 * year, math.MinInt64},                  // the far future
+		{math.MaxInt64 / 1e9 * 2, math.MaxInt64},         // just past the range
+		{math.Inf(1), math.MaxInt64},                     // '-infinity'
+		{math.Inf(-1), math.MinInt64},                    // 'infinity'
+		{math.NaN(), math.MaxInt64},                      // not a number: ancient
+		{math.MaxFloat64, math.MaxInt64},                 // overflows the product
+		{-math.MaxFloat64, math.MinInt64},                // and the other way
+		{float64(math.MaxInt64) / 1e9, math.MaxInt64},    // exactly 2^63 ns
+		{float64(math.MinInt64) / 1e9, math.MinInt64},    // exactly -2^63 ns
+		{float64(1<<62) / 1e9, time.Duration(1 << 62)},   // large, exact
+		{-float64(1<<62) / 1e9, -time.Duration(1 << 62)}, // large negative, exact
+	}
+	for _, tc := range tests {
+		if got := heartbeatAge(tc.seconds); got != tc.want {
+			t.Errorf("heartbeatAge(%g) = %d, want %d", tc.seconds, got, tc.want)
+		}
+	}
+}
+
+func TestNextReload(t *testing.T) {
+	r := &registry{refresh: 30 * time.Second, staleAfter: 10 * time.Second}
+	tests := []struct {
+		ages []time.Duration
+		want time.Duration
+	}{
+		{nil, 30 * time.Second},
+		{[]time.Duration{4 * time.Second}, 6*time.Second + time.Millisecond},
+		{[]time.Duration{11 * time.Second}, 30 * time.Second},                  // stale for good
+		{[]time.Duration{math.MaxInt64}, 30 * time.Second},                     // ancient
+		{[]time.Duration{math.MinInt64}, 30 * time.Second},                     // 'infinity': comes within stale_after never
+		{[]time.Duration{-15 * time.Second}, 5*time.Second + time.Millisecond}, // in the future, within reach
+		{[]time.Duration{-5 * time.Second}, 15*time.Second + time.Millisecond}, // slightly in the future: stale later
+		{[]time.Duration{math.MinInt64, 9 * time.Second, math.MaxInt64}, time.Second + time.Millisecond},
+	}
+	for _, tc := range tests {
+		var nodes []Node
+		for _, a := range tc.ages {
+			nodes = append(nodes, Node{HeartbeatAge: a})
+		}
+		if got := r.nextReload(nodes); got != tc.want {
+			t.Errorf("nextReload(%v) = %v, want %v", tc.ages, got, tc.want)
+		}
+	}
+	r.staleAfter = 0
+	if got := r.nextReload([]Node{{HeartbeatAge: math.MinInt64}}); got != r.refresh {
+		t.Errorf("without stale_after: %v, want the refresh interval", got)
+	}
+}
+
+// oldSchema makes the registry as an older schema.sql did: without the
+// checks that refuse infinite heartbeats and network addresses.
+const oldSchema = `ALTER TABLE pgcluster_nodes DROP CONSTRAINT IF EXISTS pgcluster_nodes_heartbeat_finite;
+ALTER TABLE pgcluster_nodes DROP CONSTRAINT IF EXISTS pgcluster_nodes_address_host;`
+
+// TestRegistryOddRows loads, from a real registry made by an older schema,
+// rows whose heartbeats are ancient, far in the future or infinite, and an
+// address that names a network: the load succeeds with every row, ages
+// clamped. Applying schema.sql again to that registry succeeds (twice) and
+// refuses such rows from then on.
+func TestRegistryOddRows(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.MustExec(t, Schema)
+	pg.MustExec(t, oldSchema)
+	pg.MustExec(t, `INSERT INTO pgcluster_nodes(cluster, name, address, heartbeat) VALUES
+  ('c', 'fresh', '192.0.2.1', now()),
+  ('c', 'year1', '192.0.2.2', '0001-01-01'),
+  ('c', 'y1700', '192.0.2.3', '1700-01-01'),
+  ('c', 'bc', '192.0.2.4', '4713-01-01 BC'),
+  ('c', 'y2100', '192.0.2.5', '2100-01-01'),
+  ('c', 'inf', '192.0.2.6', 'infinity'),
+  ('c', 'neginf', '192.0.2.7', '-infinity'),
+  ('c', 'net', '10.1.0.0/16', now()),
+  ('c', 'six', '2001:db8::1', now())`)
+	for range 2 {
+		pg.MustExec(t, Schema)
+	}
+	ctx := context.Background()
+	for _, bad := range []string{
+		`INSERT INTO pgcluster_nodes(cluster, name, address, heartbeat) VALUES ('c', 'x', '192.0.2.9', 'infinity')`,
+		`INSERT INTO pgcluster_nodes(cluster, name, address, heartbeat) VALUES ('c', 'x', '192.0.2.9', '-infinity')`,
+		`INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('c', 'x', '10.1.0.0/16')`,
+		`INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('c', 'x', '2001:db8::/64')`,
+		`UPDATE pgcluster_nodes SET heartbeat = 'infinity' WHERE name = 'fresh'`,
+	} {
+		var pgErr *pgconn.PgError
+		if err := pg.Exec(ctx, bad); !errors.As(err, &pgErr) || pgErr.Code != "23514" {
+			t.Errorf("%s: %v, want a check violation (23514)", bad, err)
+		}
+	}
+
+	var got []Node
+	r := newRegistry(pg.DSN(""), time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias) { got = n })
+	conn, err := pgx.Connect(ctx, pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := r.load(ctx, conn); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	byName := map[string]Node{}
+	for _, n := range got {
+		byName[n.Name] = n
+	}
+	if len(byName) != 9 {
+		t.Fatalf("loaded %d nodes, want all 9: %v", len(byName), got)
+	}
+	const year = 365 * 24 * time.Hour
+	for name, want := range map[string]func(time.Duration) bool{
+		"fresh":  func(a time.Duration) bool { return a >= 0 && a < time.Minute },
+		"year1":  func(a time.Duration) bool { return a == math.MaxInt64 },
+		"y1700":  func(a time.Duration) bool { return a == math.MaxInt64 },
+		"bc":     func(a time.Duration) bool { return a == math.MaxInt64 },
+		"y2100":  func(a time.Duration) bool { return a < -60*year && a > -100*year },
+		"inf":    func(a time.Duration) bool { return a == math.MinInt64 },
+		"neginf": func(a time.Duration) bool { return a == math.MaxInt64 },
+	} {
+		if a := byName[name].HeartbeatAge; !want(a) {
+			t.Errorf("%s: heartbeat age %d (%v)", name, a, a)
+		}
+	}
+	for name, want := range map[string]struct {
+		addr string
+		bits int
+	}{"fresh": {"192.0.2.1", 32}, "net": {"10.1.0.0", 16}, "six": {"2001:db8::1", 128}} {
+		if n := byName[name]; n.Address.String() != want.addr || n.AddressBits != want.bits {
+			t.Errorf("%s: address %s bits %d, want %s bits %d", name, n.Address, n.AddressBits, want.addr, want.bits)
+		}
+	}
+	var notValid int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_constraint WHERE conrelid = 'pgcluster_nodes'::regclass
+AND conname IN ('pgcluster_nodes_heartbeat_finite', 'pgcluster_nodes_address_host') AND NOT convalidated`).Scan(&notValid); err != nil {
+		t.Fatal(err)
+	}
+	if notValid != 2 {
+		t.Errorf("%d NOT VALID checks on the old registry, want 2", notValid)
+	}
+}
