@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -20,6 +22,21 @@ const (
 	maxBackoff     = 5 * time.Second
 	connectTimeout = 5 * time.Second
 	loadTimeout    = 10 * time.Second
+	// closeTimeout bounds the goodbye sent to a server that may not answer.
+	closeTimeout = time.Second
+
+	// pingEvery is how often the connection is pinged while waiting for
+	// notifications, and pingTimeout how long a ping may take: a registry
+	// that stops answering (frozen, or cut off without a reset) is noticed
+	// within their sum, then reconnected.
+	pingEvery   = 2 * time.Second
+	pingTimeout = 2 * time.Second
+
+	// TCP keepalive on the registry connection, so that the kernel gives up
+	// on a peer that is gone even while nothing is sent.
+	keepAliveIdle     = 5 * time.Second
+	keepAliveInterval = 2 * time.Second
+	keepAliveCount    = 3
 )
 
 const (
@@ -38,9 +55,11 @@ FROM pgcluster_nodes`
 // registry follows the peer registry in PostgreSQL. It keeps one connection:
 // LISTEN first, then a full load, then a reload on every notification (those
 // that queued up meanwhile are coalesced into one), on every refresh tick and
-// when a heartbeat is about to go stale. A lost connection is retried with
-// backoff; each new connection listens and reloads in full, so a change made
-// while it was away is not missed.
+// when a heartbeat is about to cross stale_after. Between notifications the
+// connection is pinged, so a registry that goes silent is noticed within
+// seconds. A lost connection is retried with backoff; each new connection
+// listens and reloads in full, so a change made while it was away is not
+// missed.
 type registry struct {
 	dsn        string
 	refresh    time.Duration
@@ -49,10 +68,13 @@ type registry struct {
 	// apply receives every successful load.
 	apply func(nodes []Node, aliases []Alias)
 
-	wasUp   bool // last state logged, touched only by run's goroutine
-	lastErr string
-	loaded  chan struct{} // closed after the first successful load
-	done    chan struct{} // closed when run returns
+	// Touched only by run's goroutine.
+	wasUp   bool   // last state logged
+	lastErr string // what of the last failure logged
+	served  bool   // a snapshot is served
+
+	loaded chan struct{} // closed after the first successful load
+	done   chan struct{} // closed when run returns
 }
 
 func newRegistry(dsn string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias)) *registry {
@@ -98,11 +120,19 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 	if cfg.RuntimeParams["application_name"] == "" {
 		cfg.RuntimeParams["application_name"] = "coredns-pgcluster"
 	}
+	dialer := &net.Dialer{KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount,
+	}}
+	cfg.DialFunc = dialer.DialContext
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(context.Background())
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+		conn.Close(cctx)
+		cancel()
+	}()
 
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
@@ -120,17 +150,40 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 	}
 }
 
-// wait blocks until a notification arrives or the next reload is due, then
-// drains the notifications already received: one reload covers them all.
+// wait blocks until a notification arrives or the next reload is due,
+// pinging the connection every pingEvery meanwhile, then drains the
+// notifications already received: one reload covers them all.
 func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) error {
-	wctx, cancel := context.WithTimeout(ctx, d)
-	_, err := conn.WaitForNotification(wctx)
-	cancel()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	if err != nil && !(pgconn.Timeout(err) && wctx.Err() != nil) {
-		return err
+	due := time.Now().Add(d)
+	for {
+		left := time.Until(due)
+		if left <= 0 {
+			break
+		}
+		wctx, cancel := context.WithTimeout(ctx, min(left, pingEvery))
+		_, err := conn.WaitForNotification(wctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			break
+		}
+		if !pgconn.Timeout(err) || wctx.Err() == nil {
+			return err
+		}
+		if time.Until(due) <= 0 {
+			break
+		}
+		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		err = conn.Ping(pctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("no answer to a ping within %s: %w", pingTimeout, err)
+		}
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
@@ -180,6 +233,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		as[i] = Alias{Alias: a.Alias, Target: a.Target}
 	}
 	r.apply(ns, as)
+	r.served = true
 	reloads.WithLabelValues(r.zone, "ok").Inc()
 	reloadDuration.WithLabelValues(r.zone).Observe(time.Since(start).Seconds())
 	select {
@@ -277,22 +331,41 @@ func (r *registry) setUp() {
 	r.wasUp, r.lastErr = true, ""
 }
 
+// setDown records a failed session and logs it: once per kind of failure.
 func (r *registry) setDown(err error) {
 	registryUp.WithLabelValues(r.zone).Set(0)
-	msg := err.Error()
-	if r.wasUp || msg != r.lastErr {
-		log.Warningf("Registry %s unreachable, answers keep coming from the last snapshot: %v", redact(r.dsn), hint(err))
+	p := diagnose(err, dsnUser(r.dsn))
+	if r.wasUp || p.what != r.lastErr {
+		log.Warning(downMessage(redact(r.dsn), p, r.served, errText(err, r.dsn)))
 	}
-	r.wasUp, r.lastErr = false, msg
+	r.wasUp, r.lastErr = false, p.what
 }
 
-// hint adds what to do to the errors an operator can fix.
-func hint(err error) error {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
-		return fmt.Errorf("%w (apply schema.sql to create the registry tables)", err)
+// errText is err's message without the DSN's password: an unparsable DSN,
+// which its error quotes, is left out, and the password, should it appear,
+// is masked.
+func errText(err error, dsn string) string {
+	msg := err.Error()
+	var parseErr *pgconn.ParseConfigError
+	if errors.As(err, &parseErr) {
+		msg = "cannot parse the DSN"
+		if i := strings.LastIndex(parseErr.Error(), "`: "); i >= 0 {
+			msg += ": " + parseErr.Error()[i+3:]
+		}
 	}
-	return err
+	if cfg, perr := pgconn.ParseConfig(dsn); perr == nil && cfg.Password != "" {
+		msg = strings.ReplaceAll(msg, cfg.Password, "xxxxx")
+	}
+	return msg
+}
+
+// dsnUser is the user the DSN logs in as, or "" when it cannot be parsed.
+func dsnUser(dsn string) string {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return ""
+	}
+	return cfg.User
 }
 
 // redact returns the DSN's host, port and database, never its password.

@@ -3,7 +3,11 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"net"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,5 +167,100 @@ AND conname IN ('pgcluster_nodes_heartbeat_finite', 'pgcluster_nodes_address_hos
 	}
 	if notValid != 2 {
 		t.Errorf("%d NOT VALID checks on the old registry, want 2", notValid)
+	}
+}
+
+func TestDiagnose(t *testing.T) {
+	_, parseErr := pgconn.ParseConfig("postgres://u:s3cret@host:notaport/db")
+	if parseErr == nil {
+		t.Fatal("the test DSN parses")
+	}
+	pgErr := func(code string) error {
+		return fmt.Errorf("read pgcluster_nodes: %w", &pgconn.PgError{Severity: "ERROR", Code: code, Message: "m"})
+	}
+	refused := &net.OpError{Op: "dial", Net: "tcp", Err: &net.AddrError{Err: "x"}}
+	tests := []struct {
+		err        error
+		what, todo string
+	}{
+		{pgErr("42501"), "permission denied", `GRANT SELECT ON pgcluster_nodes, pgcluster_aliases TO "dns"`},
+		{pgErr("42P01"), "no registry tables", "apply schema.sql"},
+		{pgErr("42703"), "older than this version", "apply schema.sql, or ALTER TABLE"},
+		{pgErr("28P01"), "refuses the login", "user and password"},
+		{pgErr("28000"), "refuses the login", "pg_hba.conf"},
+		{pgErr("3D000"), "no such database", "database name"},
+		{pgErr("22P02"), "data this version cannot read", "fix or delete the row"},
+		{pgErr("22008"), "data this version cannot read", "fix or delete the row"},
+		{pgErr("53300"), "too many connections", "max_connections"},
+		{pgErr("57P03"), "starting up", "retrying"},
+		{pgErr("57P01"), "unreachable", "retrying"},
+		{pgErr("XX000"), "SQLSTATE XX000", "retrying"},
+		{parseErr, "DSN that cannot be parsed", "postgres option"},
+		{fmt.Errorf("read pgcluster_nodes: %w", pgx.ScanArgError{ColumnIndex: 3, FieldName: "port", Err: errors.New("x")}), "type", "schema.sql"},
+		{fmt.Errorf("connect: %w", syscall.ECONNREFUSED), "unreachable", "PostgreSQL runs"},
+		{refused, "unreachable", "host and port"},
+		{&net.DNSError{Err: "no such host", Name: "db.example", IsNotFound: true}, "unreachable", "host and port"},
+		{fmt.Errorf("no answer to a ping within 2s: %w", context.DeadlineExceeded), "unreachable", "retrying"},
+		{errors.New("something else"), "failed", "retrying"},
+	}
+	for _, tc := range tests {
+		p := diagnose(tc.err, "dns")
+		if !strings.Contains(p.what, tc.what) || !strings.Contains(p.todo, tc.todo) {
+			t.Errorf("diagnose(%v) = %+v, want what ~ %q, todo ~ %q", tc.err, p, tc.what, tc.todo)
+		}
+		if tc.what != "unreachable" && strings.Contains(p.what, "unreachable") {
+			t.Errorf("diagnose(%v) says unreachable", tc.err)
+		}
+	}
+	if p := diagnose(pgErr("42501"), ""); !strings.Contains(p.todo, "TO the DSN's user") {
+		t.Errorf("no user: %q", p.todo)
+	}
+}
+
+func TestDownMessage(t *testing.T) {
+	p := problem{"denies access to the registry tables (permission denied)", "GRANT SELECT ON pgcluster_nodes, pgcluster_aliases TO \"dns\""}
+	before := downMessage("127.0.0.1:5432/postgres", p, false, "ERROR: permission denied")
+	after := downMessage("127.0.0.1:5432/postgres", p, true, "ERROR: permission denied")
+	for _, tc := range []struct {
+		msg          string
+		want, refuse string
+	}{
+		{before, "no snapshot yet: the zone answers SERVFAIL and is not ready until the registry loads", "last snapshot"},
+		{after, "answers keep coming from the last snapshot", "SERVFAIL"},
+	} {
+		if !strings.Contains(tc.msg, tc.want) || strings.Contains(tc.msg, tc.refuse) {
+			t.Errorf("%q: want %q, not %q", tc.msg, tc.want, tc.refuse)
+		}
+		for _, part := range []string{"Registry 127.0.0.1:5432/postgres denies access", "To fix: GRANT SELECT", "Error: ERROR: permission denied"} {
+			if !strings.Contains(tc.msg, part) {
+				t.Errorf("%q lacks %q", tc.msg, part)
+			}
+		}
+	}
+}
+
+// TestErrTextRedacts: the password is never in a logged error, not even in
+// an unparsable DSN's.
+func TestErrTextRedacts(t *testing.T) {
+	for _, dsn := range []string{
+		"postgres://u:s3cret@host:notaport/db",
+		"postgres://u:s3cret@host/db?sslmode=bogus",
+		"host=h password=s3cret port=notaport",
+		"password=s3cret not-a-pair",
+	} {
+		_, err := pgconn.ParseConfig(dsn)
+		if err == nil {
+			t.Fatalf("%q parses", dsn)
+		}
+		if got := errText(err, dsn); strings.Contains(got, "s3cret") || !strings.Contains(got, "cannot parse the DSN") {
+			t.Errorf("%q: %q", dsn, got)
+		}
+		if got := redact(dsn); strings.Contains(got, "s3cret") {
+			t.Errorf("redact(%q) = %q", dsn, got)
+		}
+	}
+	dsn := "postgres://u:s3cret@127.0.0.1:1/db"
+	if got := errText(fmt.Errorf("server said s3cret"), dsn); strings.Contains(got, "s3cret") {
+		t.Errorf("password not masked: %q", got)
 	}
 }
