@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,33 +63,62 @@ FROM pgcluster_nodes`
 // missed.
 type registry struct {
 	dsn        string
+	key        string // where the last load is kept across reloads; "" keeps nothing
 	refresh    time.Duration
 	staleAfter time.Duration
 	zone       string // metric label
 	// apply receives every successful load.
 	apply func(nodes []Node, aliases []Alias)
 
-	// Touched only by run's goroutine.
+	// Touched only by start-up (restore) and then run's goroutine.
 	wasUp   bool   // last state logged
 	lastErr string // what of the last failure logged
-	served  bool   // a snapshot is served
+	served  bool   // a snapshot is served: loaded, or restored from the last instance
+	kept    bool   // holds a place in lastLoads
 
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
 }
 
-func newRegistry(dsn string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias)) *registry {
+func newRegistry(dsn, key string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias)) *registry {
 	return &registry{
-		dsn: dsn, refresh: refresh, staleAfter: staleAfter, zone: zone, apply: apply,
+		dsn: dsn, key: key, refresh: refresh, staleAfter: staleAfter, zone: zone, apply: apply,
 		wasUp:  true, // so that a first failure is logged
 		loaded: make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 }
 
+// restore publishes the rows that the instance before this one (same DSN and
+// zones, before a Corefile reload) loaded last, so that answers go on while
+// the registry is unreachable. It reports whether there were any. Call it
+// once, before run.
+func (r *registry) restore() bool {
+	if r.key == "" {
+		return false
+	}
+	r.kept = true
+	last := lastLoads.use(r.key)
+	if last == nil {
+		return false
+	}
+	// The heartbeat ages stay as loaded: while the registry cannot be read,
+	// no heartbeat is judged stale (nobody could write one).
+	r.apply(slices.Clone(last.nodes), slices.Clone(last.aliases))
+	r.served = true
+	log.Infof("Registry %s: serving the %d nodes and %d aliases loaded %s ago until it loads again",
+		redact(r.dsn), len(last.nodes), len(last.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
+	return true
+}
+
 // run follows the registry until ctx is done.
 func (r *registry) run(ctx context.Context) {
 	defer close(r.done)
+	defer func() {
+		if r.kept {
+			lastLoads.release(r.key)
+		}
+	}()
 	backoff := minBackoff
 	for {
 		err := r.session(ctx, func() { backoff = minBackoff })
@@ -223,6 +253,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		reloads.WithLabelValues(r.zone, "error").Inc()
 		return 0, err
 	}
+	loadedAt := time.Now()
 
 	ns := make([]Node, len(nodes))
 	for i, n := range nodes {
@@ -233,6 +264,9 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		as[i] = Alias{Alias: a.Alias, Target: a.Target}
 	}
 	r.apply(ns, as)
+	if r.kept {
+		lastLoads.keep(r.key, ns, as, loadedAt)
+	}
 	r.served = true
 	reloads.WithLabelValues(r.zone, "ok").Inc()
 	reloadDuration.WithLabelValues(r.zone).Observe(time.Since(start).Seconds())

@@ -122,7 +122,7 @@ func TestRegistryOddRows(t *testing.T) {
 	}
 
 	var got []Node
-	r := newRegistry(pg.DSN(""), time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias) { got = n })
+	r := newRegistry(pg.DSN(""), "", time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias) { got = n })
 	conn, err := pgx.Connect(ctx, pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)
@@ -262,5 +262,49 @@ func TestErrTextRedacts(t *testing.T) {
 	dsn := "postgres://u:s3cret@127.0.0.1:1/db"
 	if got := errText(fmt.Errorf("server said s3cret"), dsn); strings.Contains(got, "s3cret") {
 		t.Errorf("password not masked: %q", got)
+	}
+}
+
+func TestLastLoads(t *testing.T) {
+	s := &loadStore{entries: map[string]*storeEntry{}}
+	a, b := storeKey("dsn-a", []string{"z."}), storeKey("dsn-b", []string{"z."})
+	nodes := []Node{{Cluster: "c", Name: "n"}}
+	at := time.Now()
+
+	// Caddy's order: the new instance starts, then the old one stops.
+	if s.use(a) != nil {
+		t.Fatal("a fresh store has a load")
+	}
+	s.keep(a, nodes, nil, at)
+	nodes[0].Name = "changed" // the store kept its own copy
+	if l := s.use(a); l == nil || l.nodes[0].Name != "n" || !l.loadedAt.Equal(at) {
+		t.Fatalf("new instance: %+v", l)
+	}
+	s.release(a)
+
+	// The other order: the old instance stops first.
+	s.release(a)
+	if l := s.use(a); l == nil || l.nodes[0].Name != "n" {
+		t.Fatalf("new instance after the old one stopped: %+v", l)
+	}
+
+	// Reloads that change the DSN each time do not pile up entries.
+	key := a
+	for i := range 20 {
+		next := storeKey(fmt.Sprintf("dsn-%d", i), []string{"z."})
+		s.use(next)
+		s.keep(next, nodes, nil, at)
+		s.release(key)
+		key = next
+		if n := len(s.entries); n > 2 {
+			t.Fatalf("reload %d: %d entries", i, n)
+		}
+	}
+	s.use(b)
+	if n := len(s.entries); n != 2 { // key's and b's
+		t.Errorf("%d entries, want 2", n)
+	}
+	if storeKey("dsn", []string{"a.", "b."}) == storeKey("dsn", []string{"a."}) {
+		t.Error("zones are part of the key")
 	}
 }

@@ -59,7 +59,9 @@ func setup(c *caddy.Controller) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.OnStartup(func() error {
-		p.start(ctx, cfg)
+		if p.start(ctx, cfg) {
+			return nil // answering from the rows the instance before this one loaded
+		}
 		select {
 		case <-p.reg.loaded:
 		case <-time.After(startupWait):
@@ -79,8 +81,10 @@ func setup(c *caddy.Controller) error {
 	return nil
 }
 
-// start begins following the registry.
-func (p *PgCluster) start(ctx context.Context, cfg *config) {
+// start begins following the registry. It reports whether it already
+// answers, from the rows the instance it replaces (same DSN and zones, before
+// a Corefile reload) last loaded.
+func (p *PgCluster) start(ctx context.Context, cfg *config) bool {
 	pb := &publisher{
 		p: p, zones: cfg.zones, ttl: cfg.ttl, stale: cfg.staleAfter, loop: cfg.allowLoopback,
 		self: map[string]netip.Addr{},
@@ -103,8 +107,10 @@ func (p *PgCluster) start(ctx context.Context, cfg *config) {
 			pb.nsAddrs = append(pb.nsAddrs, a)
 		}
 	}
-	p.reg = newRegistry(cfg.dsn, cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.apply)
+	p.reg = newRegistry(cfg.dsn, storeKey(cfg.dsn, cfg.zones), cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.apply)
+	restored := p.reg.restore()
 	go p.reg.run(ctx)
+	return restored
 }
 
 // stop waits for the registry goroutine, whose context is already cancelled.
