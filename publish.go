@@ -23,13 +23,17 @@ type publisher struct {
 	selfMissing map[string]bool
 }
 
-// apply builds a snapshot from a load and publishes it.
-func (pb *publisher) apply(nodes []Node, aliases []Alias) {
+// apply builds a snapshot from rows loaded now and publishes it.
+func (pb *publisher) apply(nodes []Node, aliases []Alias) { pb.applyAt(nodes, aliases, time.Now()) }
+
+// applyAt builds a snapshot from rows loaded at loadedAt (earlier, when they
+// are the last instance's, restored after a Corefile reload) and publishes it.
+func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) {
 	s := build(buildInput{
 		zones: pb.zones, nodes: nodes, aliases: aliases, ttl: pb.ttl,
 		staleAfter: pb.stale, allowLoopback: pb.loop, self: pb.self, nsAddrs: pb.nsAddrs,
 	})
-	s.loadedAt = time.Now()
+	s.loadedAt = loadedAt
 	prev := pb.p.snap.Load()
 	serial := uint32(s.loadedAt.Unix())
 	if prev != nil {

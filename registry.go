@@ -68,7 +68,8 @@ type registry struct {
 	staleAfter time.Duration
 	zone       string // metric label
 	// apply receives every successful load.
-	apply func(nodes []Node, aliases []Alias)
+	// loadedAt is when the rows were read.
+	apply func(nodes []Node, aliases []Alias, loadedAt time.Time)
 
 	// Touched only by start-up (restore) and then run's goroutine.
 	wasUp   bool   // last state logged
@@ -80,7 +81,7 @@ type registry struct {
 	done   chan struct{} // closed when run returns
 }
 
-func newRegistry(dsn, key string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias)) *registry {
+func newRegistry(dsn, key string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias, time.Time)) *registry {
 	return &registry{
 		dsn: dsn, key: key, refresh: refresh, staleAfter: staleAfter, zone: zone, apply: apply,
 		wasUp:  true, // so that a first failure is logged
@@ -104,7 +105,7 @@ func (r *registry) restore() bool {
 	}
 	// The heartbeat ages stay as loaded: while the registry cannot be read,
 	// no heartbeat is judged stale (nobody could write one).
-	r.apply(slices.Clone(last.nodes), slices.Clone(last.aliases))
+	r.apply(slices.Clone(last.nodes), slices.Clone(last.aliases), last.loadedAt)
 	r.served = true
 	log.Infof("Registry %s: serving the %d nodes and %d aliases loaded %s ago until it loads again",
 		redact(r.dsn), len(last.nodes), len(last.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
@@ -263,7 +264,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 	for i, a := range aliases {
 		as[i] = Alias{Alias: a.Alias, Target: a.Target}
 	}
-	r.apply(ns, as)
+	r.apply(ns, as, loadedAt)
 	if r.kept {
 		lastLoads.keep(r.key, ns, as, loadedAt)
 	}
@@ -282,7 +283,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 func (n nodeRow) node() Node {
 	return Node{
 		Cluster: n.Cluster, Name: n.Name,
-		Address: n.Address.Addr(), AddressBits: n.Address.Bits(),
+		Address: n.Address.Addr(), Network: network(n.Address),
 		Port: int(n.Port), Role: n.Role, Healthy: n.Healthy,
 		HeartbeatAge: heartbeatAge(n.HeartbeatAge),
 	}
@@ -409,4 +410,13 @@ func redact(dsn string) string {
 		return "(unparsable DSN)"
 	}
 	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+}
+
+// network returns p when its mask is shorter than a host's, else the zero
+// Prefix: inet keeps a mask with every address.
+func network(p netip.Prefix) netip.Prefix {
+	if p.Bits() == p.Addr().BitLen() {
+		return netip.Prefix{}
+	}
+	return p
 }

@@ -122,7 +122,7 @@ func TestRegistryOddRows(t *testing.T) {
 	}
 
 	var got []Node
-	r := newRegistry(pg.DSN(""), "", time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias) { got = n })
+	r := newRegistry(pg.DSN(""), "", time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias, _ time.Time) { got = n })
 	conn, err := pgx.Connect(ctx, pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)
@@ -153,11 +153,10 @@ func TestRegistryOddRows(t *testing.T) {
 		}
 	}
 	for name, want := range map[string]struct {
-		addr string
-		bits int
-	}{"fresh": {"192.0.2.1", 32}, "net": {"10.1.0.0", 16}, "six": {"2001:db8::1", 128}} {
-		if n := byName[name]; n.Address.String() != want.addr || n.AddressBits != want.bits {
-			t.Errorf("%s: address %s bits %d, want %s bits %d", name, n.Address, n.AddressBits, want.addr, want.bits)
+		addr, network string
+	}{"fresh": {"192.0.2.1", "invalid Prefix"}, "net": {"10.1.0.0", "10.1.0.0/16"}, "six": {"2001:db8::1", "invalid Prefix"}} {
+		if n := byName[name]; n.Address.String() != want.addr || n.Network.String() != want.network {
+			t.Errorf("%s: address %s network %s, want %s network %s", name, n.Address, n.Network, want.addr, want.network)
 		}
 	}
 	var notValid int

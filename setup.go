@@ -107,7 +107,7 @@ func (p *PgCluster) start(ctx context.Context, cfg *config) bool {
 			pb.nsAddrs = append(pb.nsAddrs, a)
 		}
 	}
-	p.reg = newRegistry(cfg.dsn, storeKey(cfg.dsn, cfg.zones), cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.apply)
+	p.reg = newRegistry(cfg.dsn, storeKey(cfg.dsn, cfg.zones), cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.applyAt)
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
 	return restored

@@ -18,9 +18,9 @@ type Node struct {
 	Cluster string
 	Name    string
 	Address netip.Addr
-	// AddressBits is the mask length stored with the address (inet keeps
-	// one): 32 or 128 for a host. 0 means a host too (rows built in code).
-	AddressBits int
+	// Network is set when the registry stored the address with a mask
+	// shorter than a host's (inet '10.1.0.0/16'): a network, never served.
+	Network netip.Prefix
 	Port        int
 	Role        string
 	Healthy     bool

@@ -77,8 +77,8 @@ func age(d time.Duration) string {
 // unusable says why a client could never connect to addr as a node's
 // address, or returns "" when it could.
 func unusable(n Node, addr netip.Addr) string {
-	if n.AddressBits != 0 && n.AddressBits != n.Address.BitLen() {
-		return fmt.Sprintf("%s/%d is a network, not a host address", n.Address, n.AddressBits)
+	if n.Network.IsValid() {
+		return n.Network.String() + " is a network, not a host address"
 	}
 	if why := unusableAddr(addr); why != "" {
 		return addr.String() + " is " + why

@@ -67,7 +67,7 @@ func TestUnusableAddresses(t *testing.T) {
 	}
 	// inet '10.1.0.0/16': a network, not a host.
 	n := node("local", "pg1", "10.1.0.0", "primary")
-	n.AddressBits = 16
+	n.Network = netip.MustParsePrefix("10.1.0.0/16")
 	s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
 	if got := addrsOf(s.names["local."+testZone]); got != "" {
 		t.Errorf("a network address is served: %s", got)
@@ -75,8 +75,14 @@ func TestUnusableAddresses(t *testing.T) {
 	if txt := txtOf(s, "pg1.local."+testZone); !strings.Contains(txt, "10.1.0.0/16 is a network") {
 		t.Errorf("TXT: %s", txt)
 	}
-	// A host with its full mask is a host.
-	n.AddressBits = 32
+	// inet '10.1.0.0/0' is a network too, however short its mask.
+	n.Network = netip.MustParsePrefix("10.1.0.0/0")
+	s = build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	if got := addrsOf(s.names["local."+testZone]); got != "" {
+		t.Errorf("a /0 network is served: %s", got)
+	}
+	// A host is a host.
+	n.Network = netip.Prefix{}
 	s = build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
 	if got := addrsOf(s.names["local."+testZone]); got != "10.1.0.0" {
 		t.Errorf("10.1.0.0/32 is a host: %q", got)
