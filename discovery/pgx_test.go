@@ -15,7 +15,7 @@ import (
 )
 
 func TestLookupFunc(t *testing.T) {
-	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond, 15*time.Millisecond)
+	c := newCluster(t, 25*time.Millisecond, 2*time.Millisecond, 60*time.Millisecond)
 	lookup := c.client(t, Config{}).LookupFunc()
 	got, err := lookup(t.Context(), "prod.pgcluster.lan")
 	if err != nil {
@@ -33,7 +33,7 @@ func TestLookupFunc(t *testing.T) {
 // pgconn connects to the fastest node, through the cluster's DNS only, and
 // both attempts of sslmode=prefer share one resolution.
 func TestConfigureConnConnectsToFastest(t *testing.T) {
-	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond, 15*time.Millisecond)
+	c := newCluster(t, 25*time.Millisecond, 2*time.Millisecond, 60*time.Millisecond)
 	cl := c.client(t, Config{})
 	before := c.dns.Queries()
 	if _, err := cl.Resolve(t.Context(), "prod.pgcluster.lan"); err != nil {
@@ -83,7 +83,7 @@ func TestConfigureConnPortWithoutSRV(t *testing.T) {
 }
 
 func TestDialContext(t *testing.T) {
-	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond)
+	c := newCluster(t, 25*time.Millisecond, 2*time.Millisecond)
 	cl := c.client(t, Config{})
 	conn, err := cl.DialContext(t.Context(), "tcp", "prod.pgcluster.lan:5432")
 	if err != nil {
@@ -115,7 +115,7 @@ func TestClientConnect(t *testing.T) {
 }
 
 func TestWatcherLookupFunc(t *testing.T) {
-	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond)
+	c := newCluster(t, 25*time.Millisecond, 2*time.Millisecond)
 	w, _ := watch(t, c.client(t, Config{}), "prod.pgcluster.lan", WatchOptions{MinInterval: MinWatchInterval})
 	lookup := w.LookupFunc()
 	before := c.dns.Queries()

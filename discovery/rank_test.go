@@ -9,10 +9,10 @@ import (
 	"github.com/pgcluster/pgcluster/discovery/discoverytest"
 )
 
-// Three nodes whose first reply is 2, 15 and 8 ms away: the 2 ms one wins,
+// Three nodes whose first reply is 2, 60 and 25 ms away: the 2 ms one wins,
 // every time on a quiet machine.
 func TestDiscoverPicksFastest(t *testing.T) {
-	c := newCluster(t, 2*time.Millisecond, 15*time.Millisecond, 8*time.Millisecond)
+	c := newCluster(t, 2*time.Millisecond, 60*time.Millisecond, 25*time.Millisecond)
 	cl := c.client(t, Config{})
 	const runs = 20
 	wins := 0
