@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh installs what pgcluster's tests and demo need and is missing:
-# redis-server, the PostgreSQL server binaries (initdb, pg_ctl) and dig, then
-# downloads the Go modules. It is idempotent: it installs nothing that is
+# redis-server, the PostgreSQL server binaries (initdb, pg_ctl), dig and
+# dnsperf (the load tool of the answer measurements), then downloads the Go
+# modules. It is idempotent: it installs nothing that is
 # present. As root on Debian it installs with apt-get; as another user it says
 # what is missing and how to install it.
 #
@@ -41,6 +42,7 @@ have_initdb() {
 need redis-server redis-server command -v redis-server
 need "PostgreSQL server (initdb)" postgresql have_initdb
 need dig dnsutils command -v dig
+need dnsperf dnsperf command -v dnsperf
 
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
