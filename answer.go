@@ -19,6 +19,9 @@ const (
 	// maxPointer is how far back a compression pointer reaches: miekg/dns
 	// only remembers names packed before this offset.
 	maxPointer = 1 << 14
+	// maxUDP caps a UDP reply whatever buffer the client offers, as DNS Flag
+	// Day 2020 advises: larger datagrams risk IP fragmentation.
+	maxUDP = 1232
 )
 
 // budget is what one reply may still take of the client's buffer. Every
@@ -32,10 +35,14 @@ type budget struct {
 }
 
 // newBudget returns the budget of the reply to state's request: the client's
-// buffer (over UDP its EDNS0 size, at least 512; over TCP 65535), less the
-// header, the question and the OPT record CoreDNS's writer will add.
+// buffer (over UDP its EDNS0 size, at least 512 and at most 1232; over TCP
+// 65535), less the header, the question and the OPT record CoreDNS's writer
+// will add.
 func newBudget(state request.Request) budget {
 	b := budget{size: state.Size(), used: headerLen}
+	if state.Proto() == "udp" {
+		b.size = min(b.size, maxUDP)
+	}
 	if len(state.Req.Question) > 0 {
 		b.used += len(state.Req.Question[0].Name) + 1 + questionLen
 	}

@@ -259,10 +259,7 @@ func TestAnswerFitsBuffer(t *testing.T) {
 // checkFit checks the reply to q: wrote is what pgcluster wrote, got what the
 // client received through the ScrubWriter.
 func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
-	buf := int(q.size)
-	if buf < dns.MinMsgSize {
-		buf = dns.MinMsgSize
-	}
+	buf := min(max(int(q.size), dns.MinMsgSize), maxUDP)
 	if q.tcp {
 		buf = dns.MaxMsgSize
 	}
