@@ -32,6 +32,7 @@ type budget struct {
 	size int // octets the reply may take
 	// partial is set when records were left out for lack of room.
 	partial bool
+	udp     bool
 }
 
 // newBudget returns the budget of the reply to state's request: the client's
@@ -39,8 +40,8 @@ type budget struct {
 // 65535), less the header, the question and the OPT record CoreDNS's writer
 // will add.
 func newBudget(state request.Request) budget {
-	b := budget{size: state.Size(), used: headerLen}
-	if state.Proto() == "udp" {
+	b := budget{size: state.Size(), used: headerLen, udp: state.Proto() == "udp"}
+	if b.udp {
 		b.size = min(b.size, maxUDP)
 	}
 	if len(state.Req.Question) > 0 {

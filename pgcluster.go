@@ -73,7 +73,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	b := newBudget(state)
 	m.Rcode = p.answer(m, &b, e, state.QType())
 	// A UDP client that got part of the records may ask again over TCP.
-	m.Truncated = b.partial && state.Proto() == "udp"
+	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
 		m.Ns = []dns.RR{copyRR(snap.names[zone].soa)}
 	}
