@@ -33,14 +33,18 @@ type budget struct {
 	// partial is set when records were left out for lack of room.
 	partial bool
 	udp     bool
+	zone    string
+	// chained is set once a CNAME has put the owner of the records that
+	// follow, its target, into the message: they point to it.
+	chained bool
 }
 
 // newBudget returns the budget of the reply to state's request: the client's
 // buffer (over UDP its EDNS0 size, at least 512 and at most 1232; over TCP
 // 65535), less the header, the question and the OPT record CoreDNS's writer
 // will add.
-func newBudget(state request.Request) budget {
-	b := budget{size: state.Size(), used: headerLen, udp: state.Proto() == "udp"}
+func newBudget(state request.Request, zone string) budget {
+	b := budget{size: state.Size(), used: headerLen, udp: state.Proto() == "udp", zone: zone}
 	if b.udp {
 		b.size = min(b.size, maxUDP)
 	}
@@ -54,6 +58,30 @@ func newBudget(state request.Request) budget {
 }
 
 func (b *budget) left() int { return b.size - b.used }
+
+// cname counts the CNAME record of hop hop of a chain. The first spells out
+// its owner (the question's name, perhaps in another case) and its target;
+// each later one points to the previous target for its owner, and to the
+// zone's name, which the first target brought, for its target's end.
+func (b *budget) cname(rr *dns.CNAME, hop int) {
+	switch {
+	case hop == 0:
+		b.used += nameLen(rr.Hdr.Name) + rrFixedLen + nameLen(rr.Target)
+	case strings.HasSuffix(rr.Target, "."+b.zone):
+		b.used += pointerLen + rrFixedLen + len(rr.Target) - len(b.zone) + pointerLen
+	default:
+		b.used += pointerLen + rrFixedLen + nameLen(rr.Target)
+	}
+	b.chained = true
+}
+
+// ownerLen is what the owner name of the first record of a set takes.
+func (b *budget) ownerLen(owner string) int {
+	if b.chained {
+		return pointerLen
+	}
+	return nameLen(owner)
+}
 
 // nameLen is the uncompressed length of name on the wire: never less than
 // what miekg/dns packs it in.
@@ -76,7 +104,7 @@ func addresses[T any, PT interface {
 		return
 	}
 	// The first record spells its owner out, the others point to it.
-	first := nameLen(rrs[0].Header().Name) + rrFixedLen + rdlen
+	first := b.ownerLen(rrs[0].Header().Name) + rrFixedLen + rdlen
 	each := pointerLen + rrFixedLen + rdlen
 	k := 0
 	if left := b.left(); left >= first {
@@ -122,7 +150,7 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	start := p.rotation(n)
 	// First count what fits: SRV records go in the answer, their glue after
 	// all of them in the additional section.
-	owner := nameLen(e.srv[0].Header().Name)
+	owner := b.ownerLen(e.srv[0].Header().Name)
 	answer, extra := b.used, 0
 	k, k4 := 0, 0
 	// parent is the domain every target of the set is in (its cluster's

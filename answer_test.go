@@ -35,14 +35,19 @@ func bigNodes(cluster string, n int) []Node {
 	return nodes
 }
 
-// bigPlugin serves clusters c3, c30, c200 and c10000, and the alias big ->
-// c10000.
+// bigPlugin serves clusters c3, c30, c200 and c10000, the alias big ->
+// c10000, and a chain of 8 aliases with long names, deep-chain-alias-01 ->
+// ... -> deep-chain-alias-08 -> c30.
 func bigPlugin() *PgCluster {
 	var nodes []Node
 	for _, n := range []int{3, 30, 200, 10000} {
 		nodes = append(nodes, bigNodes(fmt.Sprintf("c%d", n), n)...)
 	}
-	return newTestPlugin(buildInput{nodes: nodes, aliases: []Alias{{"big", "c10000"}}})
+	aliases := []Alias{{"big", "c10000"}, {"deep-chain-alias-08", "c30"}}
+	for i := 1; i < 8; i++ {
+		aliases = append(aliases, Alias{fmt.Sprintf("deep-chain-alias-%02d", i), fmt.Sprintf("deep-chain-alias-%02d", i+1)})
+	}
+	return newTestPlugin(buildInput{nodes: nodes, aliases: aliases})
 }
 
 // hostileWriter does to a reply what CoreDNS's own writers may do before
@@ -237,7 +242,8 @@ func checkGlue(m *dns.Msg) error {
 func TestAnswerFitsBuffer(t *testing.T) {
 	p := bigPlugin()
 	snap := p.snap.Load()
-	for _, name := range []string{"c3", "c30", "c200", "c10000", "C200", "big", "primary.big", "standby.c10000", "n3xxx.c30"} {
+	for _, name := range []string{"c3", "c30", "c200", "c10000", "C200", "big", "primary.big", "standby.c10000", "n3xxx.c30",
+		"deep-chain-alias-01", "primary.deep-chain-alias-01", "DEEP-chain-alias-02"} {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV} {
 			for _, size := range []uint16{0, 512, 1232, 4096, 65535} {
 				for _, tcp := range []bool{false, true} {
@@ -268,24 +274,37 @@ func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
 	if l := c.Len(); l > buf {
 		return fmt.Errorf("reply of %d octets for a buffer of %d", l, buf)
 	}
-	opt := 0
-	if got.IsEdns0() != nil {
-		opt = 1
-	}
-	if len(got.Answer) != len(wrote.Answer) || len(got.Extra) != len(wrote.Extra)+opt {
-		return fmt.Errorf("Truncate cut the reply: %d/%d answer and %d/%d additional records kept", len(got.Answer), len(wrote.Answer), len(got.Extra), len(wrote.Extra)+opt)
-	}
-	if err := checkGlue(got); err != nil {
-		return err
-	}
 	// How many records the name has, and how many came.
 	e, cnames, total := lookup(snap, q)
 	if e == nil {
 		return nil
 	}
+	opt, optLen := 0, 0
+	if o := got.IsEdns0(); o != nil {
+		opt, optLen = 1, dns.Len(o)
+	}
+	if len(got.Answer) != len(wrote.Answer) || len(got.Extra) != len(wrote.Extra)+opt {
+		// Only a CNAME chain too long for the buffer by itself may be cut.
+		chain := wrote.Copy()
+		chain.Compress = true
+		if len(wrote.Answer) > cnames || chain.Len()+optLen <= buf || !got.Truncated {
+			return fmt.Errorf("Truncate cut the reply: %d/%d answer and %d/%d additional records kept, TC=%t", len(got.Answer), len(wrote.Answer), len(got.Extra), len(wrote.Extra)+opt, got.Truncated)
+		}
+		return nil
+	}
+	if err := checkGlue(got); err != nil {
+		return err
+	}
 	n := len(got.Answer) - cnames
 	if n == 0 && total > 0 {
-		return fmt.Errorf("no record of %d", total)
+		// Nothing came: then not even the smallest record fitted after the CNAMEs.
+		smallest := map[uint16]int{dns.TypeA: 16, dns.TypeAAAA: 28}[q.qtype]
+		if q.qtype == dns.TypeSRV {
+			smallest = 18 + nameLen(e.srv[0].(*dns.SRV).Target) + 16
+		}
+		if l := c.Len() + smallest; l <= buf {
+			return fmt.Errorf("no record of %d, though one fitted (%d of %d octets)", total, l, buf)
+		}
 	}
 	partial := n < total
 	if got.Truncated != (partial && !q.tcp) {
@@ -297,7 +316,7 @@ func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
 	// Partial: the room left must be less than one more record (and its
 	// glue), plus what the estimate spends on names miekg/dns compresses: the
 	// CNAMEs and the first owner name.
-	unit := nameLen(got.Answer[len(got.Answer)-1].Header().Name)
+	unit := nameLen(q.name)
 	for _, rr := range got.Answer[:cnames] {
 		unit += dns.Len(rr)
 	}

@@ -70,7 +70,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
-	b := newBudget(state)
+	b := newBudget(state, zone)
 	m.Rcode = p.answer(m, &b, e, state.QType())
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
@@ -97,7 +97,7 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
 			return dns.RcodeServerFailure
 		}
 		m.Answer = append(m.Answer, copyRR(e.cname))
-		b.used += dns.Len(e.cname)
+		b.cname(e.cname, hops)
 		e = e.next
 	}
 	switch qtype {
