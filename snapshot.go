@@ -21,9 +21,9 @@ type Node struct {
 	// Network is set when the registry stored the address with a mask
 	// shorter than a host's (inet '10.1.0.0/16'): a network, never served.
 	Network netip.Prefix
-	Port        int
-	Role        string
-	Healthy     bool
+	Port    int
+	Role    string
+	Healthy bool
 	// HeartbeatAge is how old the heartbeat was when the row was read,
 	// measured by PostgreSQL's own clock. Heartbeats too old or too far in
 	// the future for a time.Duration are clamped to its bounds.
