@@ -1,0 +1,86 @@
+package pgcluster
+
+import (
+	"fmt"
+)
+
+// nodeTXT explains a node's state: in or out, its role, why, and the
+// numbers behind the why.
+func nodeTXT(m *member, primaries int) []string {
+	state := "out"
+	if m.serving {
+		state = "in"
+	}
+	detail := m.detail
+	if m.serving && m.Role == rolePrimary && primaries > 1 {
+		detail = fmt.Sprintf("%d nodes claim to be primary: primary. has no address", primaries)
+	}
+	txt := []string{
+		"state=" + state,
+		"role=" + m.Role,
+		"address=" + m.Address.Unmap().String(),
+		fmt.Sprintf("port=%d", m.Port),
+		"reason=" + m.reason,
+	}
+	if detail != "" {
+		txt = append(txt, printable("detail="+detail, maxTXTString))
+	}
+	return txt
+}
+
+// clusterTXT sums a cluster up: nodes in and out, and the nodes that claim to
+// be primary. At most maxListed primaries are named, in strings that each
+// fit a TXT character-string, so the record packs whatever the registry holds.
+func clusterTXT(st clusterStat) []string {
+	txt := []string{fmt.Sprintf("serving=%d", st.serving), fmt.Sprintf("out=%d", st.out)}
+	names := st.primaries
+	more := 0
+	if len(names) > maxListed {
+		names, more = names[:maxListed], len(names)-maxListed
+	}
+	cur := "primary="
+	for i, n := range names {
+		if i > 0 {
+			if len(cur)+1+len(n) > maxTXTString {
+				txt = append(txt, cur)
+				cur = "primary+="
+			} else {
+				cur += ","
+			}
+		}
+		cur += n
+	}
+	if more > 0 {
+		tail := fmt.Sprintf(",+%d more", more)
+		if len(cur)+len(tail) > maxTXTString {
+			txt = append(txt, cur)
+			cur = "primary+="
+			tail = tail[1:]
+		}
+		cur += tail
+	}
+	return append(txt, cur)
+}
+
+// maxTXTString is the longest character-string a TXT record holds;
+// maxListed bounds the primaries a cluster's TXT names.
+const (
+	maxTXTString = 255
+	maxListed    = 8
+)
+
+// maxRole bounds the role shown in TXT records: the column is free text.
+const maxRole = 63
+
+// printable returns s cut to max bytes, with every byte that is not
+// printable ASCII, and the TXT escape characters \ and ", replaced by '?',
+// so that a TXT string made from it always packs.
+func printable(s string, max int) string {
+	b := []byte(s[:min(len(s), max)])
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e || c == '\\' || c == '"' {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
