@@ -2,50 +2,21 @@ package test
 
 import (
 	"fmt"
-	"log"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/internal/logtest"
 )
 
-// logBuffer collects what CoreDNS logs (its clog writes through the standard
-// log package).
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // captureLog sends the log to a buffer until the test ends.
-func captureLog(t *testing.T) *logBuffer {
-	buf := &logBuffer{}
-	log.SetOutput(buf)
-	t.Cleanup(func() {
-		log.SetOutput(os.Stderr)
-		if t.Failed() {
-			t.Logf("log:\n%s", buf)
-		}
-	})
-	return buf
-}
+func captureLog(t *testing.T) *logtest.Buffer { return logtest.Capture(t, os.Stderr) }
 
 // logged waits until the log has a line with every one of parts, and returns it.
-func logged(t *testing.T, buf *logBuffer, parts ...string) string {
+func logged(t *testing.T, buf *logtest.Buffer, parts ...string) string {
 	t.Helper()
 	var line string
 	Eventually(t, 20*time.Second, func() error {

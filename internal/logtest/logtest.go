@@ -1,0 +1,49 @@
+// Package logtest captures what CoreDNS and its plugins log (clog writes
+// through the standard log package), for tests that assert on log lines.
+package logtest
+
+import (
+	"io"
+	"log"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Buffer collects log output; it is safe for concurrent use.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// one capture at a time: the log's output is process-wide.
+var mu sync.Mutex
+
+// Capture sends the log to a new Buffer until the test ends, then to
+// restore. A failed test shows what was logged.
+func Capture(t testing.TB, restore io.Writer) *Buffer {
+	t.Helper()
+	mu.Lock()
+	buf := &Buffer{}
+	log.SetOutput(buf)
+	t.Cleanup(func() {
+		log.SetOutput(restore)
+		mu.Unlock()
+		if t.Failed() {
+			t.Logf("log:\n%s", buf)
+		}
+	})
+	return buf
+}
