@@ -119,7 +119,7 @@ func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{3, 200} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			p := &PgCluster{}
-			pb := &publisher{p: p, zones: []string{testZone}, ttl: 5}
+			pb := &publisher{p: p, set: &settings{zones: []string{testZone}, ttl: 5}}
 			nodes := benchNodes(n)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -36,7 +36,7 @@ func FuzzBuild(f *testing.F) {
 			nodes = append(nodes, Node{Cluster: cluster, Name: fmt.Sprintf("%.55s%d", name, i), Role: "primary", Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), Port: 5432, Healthy: true})
 		}
 		aliases := []Alias{{a1, t1}, {a2, t2}}
-		s := build(buildInput{zones: []string{testZone}, nodes: nodes, aliases: aliases, ttl: 5, staleAfter: 10 * time.Second})
+		s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: nodes, aliases: aliases})
 		for owner, e := range s.names {
 			if !strings.HasSuffix(owner, testZone) {
 				t.Fatalf("owner %q outside the zone", owner)

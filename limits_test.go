@@ -132,7 +132,7 @@ func TestNamesTooLong(t *testing.T) {
 		node(l63('d'), "pg1", "192.0.2.4", "primary"), // SRV of prefer-standby too long
 	}
 	aliases := []Alias{{l63('a'), "short"}, {"al", "short"}}
-	s := build(buildInput{zones: []string{zone}, nodes: nodes, aliases: aliases, ttl: 5})
+	s := build(buildInput{settings: &settings{zones: []string{zone}, ttl: 5}, nodes: nodes, aliases: aliases})
 	for owner := range s.names {
 		if _, ok := dns.IsDomainName(owner); !ok || len(owner)+1 > 255 {
 			t.Errorf("owner name of %d octets built: %s", len(owner)+1, owner)

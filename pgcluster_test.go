@@ -40,6 +40,9 @@ func testNodes() []Node {
 var testAliases = []Alias{{"prod", "local"}, {"myapp-db", "prod"}}
 
 func newTestPlugin(in buildInput) *PgCluster {
+	if in.settings == nil {
+		in.settings = &settings{}
+	}
 	if in.zones == nil {
 		in.zones = []string{testZone}
 	}
@@ -224,8 +227,7 @@ func TestLoopbackAndSelf(t *testing.T) {
 		node("local", "pg3", "::1", "standby"),
 		node("local", "pg4", "192.0.2.4", "standby"),
 	}
-	s := build(buildInput{zones: []string{testZone}, nodes: nodes, ttl: 5,
-		self: map[string]netip.Addr{"pg1": netip.MustParseAddr("192.0.2.100"), "local/pg3": netip.MustParseAddr("2001:db8::100")}})
+	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, self: map[string]netip.Addr{"pg1": netip.MustParseAddr("192.0.2.100"), "local/pg3": netip.MustParseAddr("2001:db8::100")}}, nodes: nodes})
 	got := addrsOf(s.names["local.pgcluster.lan."])
 	want := "192.0.2.100 192.0.2.4 2001:db8::100"
 	if got != want {
@@ -234,7 +236,7 @@ func TestLoopbackAndSelf(t *testing.T) {
 	if txt := s.names["pg2.local.pgcluster.lan."].txt[0].String(); !strings.Contains(txt, "loopback address 127.0.0.2 is not advertised") {
 		t.Errorf("TXT should say why pg2 is out: %s", txt)
 	}
-	s = build(buildInput{zones: []string{testZone}, nodes: nodes, ttl: 5, allowLoopback: true})
+	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, allowLoopback: true}, nodes: nodes})
 	if got := addrsOf(s.names["local.pgcluster.lan."]); got != "127.0.0.1 127.0.0.2 192.0.2.4 ::1" {
 		t.Errorf("allow_loopback: %q", got)
 	}
@@ -243,14 +245,14 @@ func TestLoopbackAndSelf(t *testing.T) {
 func TestStaleAfter(t *testing.T) {
 	nodes := testNodes()
 	nodes[1].HeartbeatAge = 11 * time.Second
-	s := build(buildInput{zones: []string{testZone}, nodes: nodes, ttl: 5, staleAfter: 10 * time.Second})
+	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: nodes})
 	if got := addrsOf(s.names["standby.local.pgcluster.lan."]); got != "2001:db8::3" {
 		t.Errorf("a stale standby is out: %q", got)
 	}
 	if txt := s.names["pg2.local.pgcluster.lan."].txt[0].String(); !strings.Contains(txt, "heartbeat 11s old, stale_after 10s") {
 		t.Errorf("TXT: %s", txt)
 	}
-	s = build(buildInput{zones: []string{testZone}, nodes: nodes, ttl: 5})
+	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes})
 	if got := addrsOf(s.names["standby.local.pgcluster.lan."]); got != "192.0.2.2 2001:db8::3" {
 		t.Errorf("without stale_after, heartbeats are not judged: %q", got)
 	}
@@ -270,7 +272,7 @@ func TestSkippedRows(t *testing.T) {
 		Alias{"other", "local"},      // shadows a cluster
 		Alias{"via-loop", "loop1"},   // into a loop
 	)
-	s := build(buildInput{zones: []string{testZone}, nodes: nodes, aliases: aliases, ttl: 5})
+	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes, aliases: aliases})
 	counts := map[string]int{}
 	for _, sk := range s.skipped {
 		counts[sk.reason]++
@@ -293,7 +295,7 @@ func TestSkippedRows(t *testing.T) {
 }
 
 func TestContentHash(t *testing.T) {
-	in := buildInput{zones: []string{testZone}, nodes: testNodes(), aliases: testAliases, ttl: 5}
+	in := buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: testNodes(), aliases: testAliases}
 	a, b := build(in), build(in)
 	if a.hash != b.hash {
 		t.Error("the same rows must give the same hash")
@@ -313,7 +315,7 @@ func TestContentHash(t *testing.T) {
 }
 
 func TestMultipleZones(t *testing.T) {
-	p := newTestPlugin(buildInput{zones: []string{"a.lan.", "b.lan."}, nodes: testNodes(), aliases: testAliases})
+	p := newTestPlugin(buildInput{settings: &settings{zones: []string{"a.lan.", "b.lan."}}, nodes: testNodes(), aliases: testAliases})
 	for _, q := range []string{"primary.prod.a.lan.", "primary.prod.b.lan."} {
 		m := new(dns.Msg)
 		m.SetQuestion(q, dns.TypeA)

@@ -1,7 +1,6 @@
 package pgcluster
 
 import (
-	"net/netip"
 	"strings"
 	"time"
 
@@ -10,13 +9,8 @@ import (
 
 // publisher turns each registry load into a snapshot and swaps it in.
 type publisher struct {
-	p       *PgCluster
-	zones   []string
-	ttl     uint32
-	stale   time.Duration
-	loop    bool
-	self    map[string]netip.Addr
-	nsAddrs []netip.Addr
+	p   *PgCluster
+	set *settings
 
 	// selfMissing holds the self options whose node the registry lacks,
 	// so that each is warned about once, when it goes missing.
@@ -29,10 +23,7 @@ func (pb *publisher) apply(nodes []Node, aliases []Alias) { pb.applyAt(nodes, al
 // applyAt builds a snapshot from rows loaded at loadedAt (earlier, when they
 // are the last instance's, restored after a Corefile reload) and publishes it.
 func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) {
-	s := build(buildInput{
-		zones: pb.zones, nodes: nodes, aliases: aliases, ttl: pb.ttl,
-		staleAfter: pb.stale, allowLoopback: pb.loop, self: pb.self, nsAddrs: pb.nsAddrs,
-	})
+	s := build(buildInput{settings: pb.set, nodes: nodes, aliases: aliases})
 	s.loadedAt = loadedAt
 	prev := pb.p.snap.Load()
 	serial := uint32(s.loadedAt.Unix())
@@ -44,9 +35,9 @@ func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) 
 			serial = prev.serial + 1
 		}
 	}
-	s.setSerial(serial, pb.ttl)
+	s.setSerial(serial, pb.set.ttl)
 	pb.p.snap.Store(s)
-	loadTime.WithLabelValues(pb.zones[0]).Set(float64(s.loadedAt.UnixNano()) / 1e9)
+	loadTime.WithLabelValues(pb.set.zones[0]).Set(float64(s.loadedAt.UnixNano()) / 1e9)
 	pb.report(prev, s)
 }
 
@@ -56,7 +47,7 @@ func (pb *publisher) report(prev, s *snapshot) {
 		prev = &snapshot{}
 		log.Infof("Registry loaded: %d clusters, serial %d", len(s.clusters), s.serial)
 	}
-	zone := pb.zones[0]
+	zone := pb.set.zones[0]
 	snapshotSerial.WithLabelValues(zone).Set(float64(s.serial))
 
 	nodesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
@@ -104,7 +95,7 @@ func (pb *publisher) report(prev, s *snapshot) {
 // checkSelf warns, once each time it happens, that a self option names a
 // node the registry does not hold.
 func (pb *publisher) checkSelf(s *snapshot) {
-	if len(pb.self) == 0 {
+	if len(pb.set.self) == 0 {
 		return
 	}
 	if pb.selfMissing == nil {
@@ -114,7 +105,7 @@ func (pb *publisher) checkSelf(s *snapshot) {
 	for key := range s.verdicts {
 		names[key[strings.IndexByte(key, '/')+1:]] = true
 	}
-	for key := range pb.self {
+	for key := range pb.set.self {
 		_, found := s.verdicts[key]
 		if !strings.Contains(key, "/") {
 			found = names[key]

@@ -4,7 +4,7 @@ import "testing"
 
 func TestSerialFollowsContent(t *testing.T) {
 	p := &PgCluster{}
-	pb := &publisher{p: p, zones: []string{testZone}, ttl: 5}
+	pb := &publisher{p: p, set: &settings{zones: []string{testZone}, ttl: 5}}
 	pb.apply(testNodes(), testAliases)
 	first := p.snap.Load()
 	if first.serial == 0 || first.names[testZone].soa.Serial != first.serial {

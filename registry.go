@@ -62,11 +62,10 @@ FROM pgcluster_nodes`
 // listens and reloads in full, so a change made while it was away is not
 // missed.
 type registry struct {
-	dsn        string
-	key        string // where the last load is kept across reloads; "" keeps nothing
-	refresh    time.Duration
-	staleAfter time.Duration
-	zone       string // metric label
+	set  *settings
+	dsn  string // set.dsn
+	zone string // set.zones[0]: the metric label
+	key  string // where the last load is kept across reloads; "" keeps nothing
 	// apply receives every successful load.
 	// loadedAt is when the rows were read.
 	apply func(nodes []Node, aliases []Alias, loadedAt time.Time)
@@ -81,9 +80,9 @@ type registry struct {
 	done   chan struct{} // closed when run returns
 }
 
-func newRegistry(dsn, key string, refresh, staleAfter time.Duration, zone string, apply func([]Node, []Alias, time.Time)) *registry {
+func newRegistry(set *settings, key string, apply func([]Node, []Alias, time.Time)) *registry {
 	return &registry{
-		dsn: dsn, key: key, refresh: refresh, staleAfter: staleAfter, zone: zone, apply: apply,
+		set: set, dsn: set.dsn, zone: set.zones[0], key: key, apply: apply,
 		wasUp:  true, // so that a first failure is logged
 		loaded: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -337,19 +336,19 @@ func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
 // stale_after before then: a fresh one growing stale, or one in the future
 // coming within stale_after of now.
 func (r *registry) nextReload(nodes []Node) time.Duration {
-	next := r.refresh
-	if r.staleAfter <= 0 {
+	next := r.set.refresh
+	if r.set.staleAfter <= 0 {
 		return next
 	}
 	for _, n := range nodes {
 		var left time.Duration
 		switch age := n.HeartbeatAge; {
-		case age > r.staleAfter:
+		case age > r.set.staleAfter:
 			continue // stale for good
-		case age < -r.staleAfter:
-			left = -r.staleAfter - age
+		case age < -r.set.staleAfter:
+			left = -r.set.staleAfter - age
 		default:
-			left = r.staleAfter - age
+			left = r.set.staleAfter - age
 		}
 		if left < next {
 			next = left + time.Millisecond

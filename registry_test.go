@@ -51,7 +51,7 @@ func TestHeartbeatAge(t *testing.T) {
 }
 
 func TestNextReload(t *testing.T) {
-	r := &registry{refresh: 30 * time.Second, staleAfter: 10 * time.Second}
+	r := &registry{set: &settings{refresh: 30 * time.Second, staleAfter: 10 * time.Second}}
 	tests := []struct {
 		ages []time.Duration
 		want time.Duration
@@ -74,8 +74,8 @@ func TestNextReload(t *testing.T) {
 			t.Errorf("nextReload(%v) = %v, want %v", tc.ages, got, tc.want)
 		}
 	}
-	r.staleAfter = 0
-	if got := r.nextReload([]Node{{HeartbeatAge: math.MinInt64}}); got != r.refresh {
+	r.set.staleAfter = 0
+	if got := r.nextReload([]Node{{HeartbeatAge: math.MinInt64}}); got != r.set.refresh {
 		t.Errorf("without stale_after: %v, want the refresh interval", got)
 	}
 }
@@ -122,7 +122,7 @@ func TestRegistryOddRows(t *testing.T) {
 	}
 
 	var got []Node
-	r := newRegistry(pg.DSN(""), "", time.Hour, 10*time.Second, "test.", func(n []Node, _ []Alias, _ time.Time) { got = n })
+	r := newRegistry(&settings{dsn: pg.DSN(""), refresh: time.Hour, staleAfter: 10 * time.Second, zones: []string{"test."}}, "", func(n []Node, _ []Alias, _ time.Time) { got = n })
 	conn, err := pgx.Connect(ctx, pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)

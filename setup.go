@@ -39,19 +39,6 @@ const (
 
 func init() { plugin.Register("pgcluster", setup) }
 
-// config is a parsed pgcluster block.
-type config struct {
-	zones         []string
-	dsn           string
-	ttl           uint32
-	refresh       time.Duration
-	staleAfter    time.Duration
-	allowLoopback bool
-	// self maps a node ("name" or "cluster/name") to an explicit address, or
-	// to the invalid Addr to mean "detect this host's outbound address".
-	self map[string]netip.Addr
-}
-
 func setup(c *caddy.Controller) error {
 	p, cfg, err := parse(c)
 	if err != nil {
@@ -84,30 +71,10 @@ func setup(c *caddy.Controller) error {
 // start begins following the registry. It reports whether it already
 // answers, from the rows the instance it replaces (same DSN and zones, before
 // a Corefile reload) last loaded.
-func (p *PgCluster) start(ctx context.Context, cfg *config) bool {
-	pb := &publisher{
-		p: p, zones: cfg.zones, ttl: cfg.ttl, stale: cfg.staleAfter, loop: cfg.allowLoopback,
-		self: map[string]netip.Addr{},
-	}
-	v4, v6 := outboundAddrs()
-	for node, a := range cfg.self {
-		if !a.IsValid() {
-			if a = v4; !a.IsValid() {
-				a = v6
-			}
-			if !a.IsValid() {
-				log.Warningf("self %s: no outbound address found; its loopback address stays unadvertised", node)
-				continue
-			}
-		}
-		pb.self[node] = a
-	}
-	for _, a := range []netip.Addr{v4, v6} {
-		if a.IsValid() {
-			pb.nsAddrs = append(pb.nsAddrs, a)
-		}
-	}
-	p.reg = newRegistry(cfg.dsn, storeKey(cfg.dsn, cfg.zones), cfg.refresh, cfg.staleAfter, cfg.zones[0], pb.applyAt)
+func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
+	cfg.resolveAddrs()
+	pb := &publisher{p: p, set: cfg}
+	p.reg = newRegistry(cfg, storeKey(cfg.dsn, cfg.zones), pb.applyAt)
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
 	return restored
@@ -120,8 +87,8 @@ func (p *PgCluster) stop() {
 	}
 }
 
-func parse(c *caddy.Controller) (*PgCluster, *config, error) {
-	cfg := &config{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{}}
+func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
+	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{}}
 	p := &PgCluster{}
 	i := 0
 	for c.Next() {
@@ -159,7 +126,7 @@ func parse(c *caddy.Controller) (*PgCluster, *config, error) {
 	return p, cfg, nil
 }
 
-func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
+func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 	opt := c.Val()
 	args := c.RemainingArgs()
 	switch opt {
@@ -214,7 +181,7 @@ func parseOption(c *caddy.Controller, cfg *config, p *PgCluster) error {
 
 // parseSelf parses "self NODE [ADDRESS]". Each node may be named once; an
 // ADDRESS must be one a remote client can connect to.
-func parseSelf(c *caddy.Controller, cfg *config, args []string) error {
+func parseSelf(c *caddy.Controller, cfg *settings, args []string) error {
 	if len(args) < 1 || len(args) > 2 {
 		return c.ArgErr()
 	}

@@ -16,9 +16,9 @@ func TestSetupParse(t *testing.T) {
 	tests := []struct {
 		input   string
 		errPart string // "" means no error
-		check   func(t *testing.T, p *PgCluster, cfg *config)
+		check   func(t *testing.T, p *PgCluster, cfg *settings)
 	}{
-		{"pgcluster {\n postgres postgres://x@h/db\n}", "", func(t *testing.T, p *PgCluster, cfg *config) {
+		{"pgcluster {\n postgres postgres://x@h/db\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
 			if cfg.dsn != "postgres://x@h/db" || cfg.ttl != defaultTTL || cfg.refresh != defaultRefresh || cfg.staleAfter != 0 || cfg.allowLoopback {
 				t.Errorf("defaults: %+v", cfg)
 			}
@@ -26,7 +26,7 @@ func TestSetupParse(t *testing.T) {
 				t.Errorf("zones from the server block: %v", p.Zones)
 			}
 		}},
-		{"pgcluster a.lan b.lan {\n postgres " + dsn + "\n ttl 30\n refresh 2s\n stale_after 3s\n allow_loopback\n self pg1\n self local/pg2 192.0.2.7\n fallthrough\n}", "", func(t *testing.T, p *PgCluster, cfg *config) {
+		{"pgcluster a.lan b.lan {\n postgres " + dsn + "\n ttl 30\n refresh 2s\n stale_after 3s\n allow_loopback\n self pg1\n self local/pg2 192.0.2.7\n fallthrough\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
 			if cfg.ttl != 30 || cfg.refresh != 2*time.Second || cfg.staleAfter != 3*time.Second || !cfg.allowLoopback {
 				t.Errorf("options: %+v", cfg)
 			}
@@ -47,7 +47,7 @@ func TestSetupParse(t *testing.T) {
 		{"pgcluster {\n postgres \"host=db.example dbname=registry sslmode=verify-full\"\n}", "", nil},
 		{"pgcluster {\n postgres postgres:///registry?host=/var/run/postgresql\n}", "", nil},
 		// The floors themselves are allowed.
-		{"pgcluster {\n postgres " + dsn + "\n refresh 1s\n stale_after 1s\n}", "", func(t *testing.T, p *PgCluster, cfg *config) {
+		{"pgcluster {\n postgres " + dsn + "\n refresh 1s\n stale_after 1s\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
 			if cfg.refresh != minRefresh || cfg.staleAfter != minStaleAfter {
 				t.Errorf("floors: %+v", cfg)
 			}
@@ -55,7 +55,7 @@ func TestSetupParse(t *testing.T) {
 		// self is per node: several nodes, and one node both bare and with
 		// its cluster; node names are matched in lower case.
 		{"pgcluster {\n postgres " + dsn + "\n self pg1\n self local/pg1 192.0.2.8\n self PG2 2001:db8::2\n self ::ffff:192.0.2.9\n}", `node "::ffff:192.0.2.9"`, nil},
-		{"pgcluster {\n postgres " + dsn + "\n self pg1\n self local/pg1 192.0.2.8\n self PG2 2001:db8::2\n self pg3 ::ffff:192.0.2.9\n}", "", func(t *testing.T, p *PgCluster, cfg *config) {
+		{"pgcluster {\n postgres " + dsn + "\n self pg1\n self local/pg1 192.0.2.8\n self PG2 2001:db8::2\n self pg3 ::ffff:192.0.2.9\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
 			if len(cfg.self) != 4 || cfg.self["local/pg1"] != netip.MustParseAddr("192.0.2.8") || cfg.self["pg2"] != netip.MustParseAddr("2001:db8::2") {
 				t.Errorf("self: %v", cfg.self)
 			}

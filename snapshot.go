@@ -48,17 +48,9 @@ type snapshot struct {
 
 // buildInput is everything a snapshot is made from.
 type buildInput struct {
-	zones         []string
-	nodes         []Node
-	aliases       []Alias
-	ttl           uint32
-	staleAfter    time.Duration
-	allowLoopback bool
-	// self maps a node name (or cluster/name) to the address to advertise
-	// instead of its loopback address.
-	self map[string]netip.Addr
-	// nsAddrs are this instance's own addresses, for ns.<zone>.
-	nsAddrs []netip.Addr
+	*settings
+	nodes   []Node
+	aliases []Alias
 }
 
 // build turns registry rows into a snapshot. It is a pure function of its

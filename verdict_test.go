@@ -38,7 +38,7 @@ func TestHeartbeatBounds(t *testing.T) {
 	for _, tc := range cases {
 		n := node("local", "pg1", "192.0.2.1", "primary")
 		n.HeartbeatAge = tc.age
-		s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5, staleAfter: 10 * time.Second})
+		s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: []Node{n}})
 		txt := txtOf(s, "pg1.local."+testZone)
 		if !strings.Contains(txt, `"reason=`+tc.reason+`"`) {
 			t.Errorf("heartbeat age %v: want reason %s, TXT %s", tc.age, tc.reason, txt)
@@ -57,7 +57,7 @@ func TestHeartbeatBounds(t *testing.T) {
 func TestUnusableAddresses(t *testing.T) {
 	for _, a := range []string{"0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "169.254.1.1", "fe80::1"} {
 		n := node("local", "pg1", a, "primary")
-		s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5, allowLoopback: true})
+		s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, allowLoopback: true}, nodes: []Node{n}})
 		if got := addrsOf(s.names["local."+testZone]); got != "" {
 			t.Errorf("%s is served: %s", a, got)
 		}
@@ -68,7 +68,7 @@ func TestUnusableAddresses(t *testing.T) {
 	// inet '10.1.0.0/16': a network, not a host.
 	n := node("local", "pg1", "10.1.0.0", "primary")
 	n.Network = netip.MustParsePrefix("10.1.0.0/16")
-	s := build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
 	if got := addrsOf(s.names["local."+testZone]); got != "" {
 		t.Errorf("a network address is served: %s", got)
 	}
@@ -77,13 +77,13 @@ func TestUnusableAddresses(t *testing.T) {
 	}
 	// inet '10.1.0.0/0' is a network too, however short its mask.
 	n.Network = netip.MustParsePrefix("10.1.0.0/0")
-	s = build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
 	if got := addrsOf(s.names["local."+testZone]); got != "" {
 		t.Errorf("a /0 network is served: %s", got)
 	}
 	// A host is a host.
 	n.Network = netip.Prefix{}
-	s = build(buildInput{zones: []string{testZone}, nodes: []Node{n}, ttl: 5})
+	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
 	if got := addrsOf(s.names["local."+testZone]); got != "10.1.0.0" {
 		t.Errorf("10.1.0.0/32 is a host: %q", got)
 	}
@@ -93,7 +93,7 @@ func TestUnusableAddresses(t *testing.T) {
 // verdicts (so the log) stay the same: only TXT's detail shows the age
 // (issue 6, item 12).
 func TestStaleVerdictStable(t *testing.T) {
-	in := buildInput{zones: []string{testZone}, nodes: testNodes(), ttl: 5, staleAfter: 10 * time.Second}
+	in := buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: testNodes()}
 	in.nodes[1].HeartbeatAge = 11 * time.Second
 	a := build(in)
 	in.nodes = testNodes()
@@ -112,7 +112,7 @@ func TestStaleVerdictStable(t *testing.T) {
 
 // A role is trimmed and folded: 'Primary ' is a primary (issue 6, item 16).
 func TestRoleTrimmed(t *testing.T) {
-	s := build(buildInput{zones: []string{testZone}, nodes: []Node{node("local", "pg1", "192.0.2.1", " Primary ")}, ttl: 5})
+	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{node("local", "pg1", "192.0.2.1", " Primary ")}})
 	if got := addrsOf(s.names["primary.local."+testZone]); got != "192.0.2.1" {
 		t.Errorf("' Primary ' should be the primary: %q", got)
 	}
@@ -123,8 +123,8 @@ func TestRoleTrimmed(t *testing.T) {
 // item 13).
 func TestSelfUnknownNodeWarnsOnce(t *testing.T) {
 	logs := captureLog(t)
-	pb := &publisher{p: &PgCluster{}, zones: []string{testZone}, ttl: 5,
-		self: map[string]netip.Addr{"pg9": netip.MustParseAddr("192.0.2.99"), "local/pg1": netip.MustParseAddr("192.0.2.98")}}
+	pb := &publisher{p: &PgCluster{}, set: &settings{zones: []string{testZone}, ttl: 5,
+		self: map[string]netip.Addr{"pg9": netip.MustParseAddr("192.0.2.99"), "local/pg1": netip.MustParseAddr("192.0.2.98")}}}
 	pb.apply(testNodes(), nil)
 	pb.apply(testNodes(), nil)
 	if n := strings.Count(logs.String(), "self pg9: no such node"); n != 1 {
