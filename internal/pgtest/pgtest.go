@@ -1,9 +1,14 @@
 // Package pgtest starts real PostgreSQL servers for tests and for the demo.
 //
-// A server runs from a temporary directory on a free loopback port. PostgreSQL
-// refuses to run as root, so when the caller is root every server command runs
-// as the postgres user through runuser. Nothing is faked: callers get a real
+// A server runs from a temporary directory on a free port of a loopback
+// address (127.0.0.1 unless Options.Host names another). PostgreSQL refuses to
+// run as root, so when the caller is root every server command runs as the
+// postgres user through runuser. Nothing is faked: callers get a real
 // postmaster they can stop, start again and connect to.
+//
+// Every server trusts connections, replication ones included, from the whole
+// of 127.0.0.0/8 and ::1, and runs with wal_level replica, so any server can
+// be the primary of a standby made by StartStandby (see replication.go).
 package pgtest
 
 import (
@@ -25,7 +30,9 @@ import (
 
 // Postgres is one running (or stopped) PostgreSQL server.
 type Postgres struct {
-	// Port is the TCP port the server listens on, on 127.0.0.1.
+	// Host is the loopback address the server listens on (127.0.0.1 by default).
+	Host string
+	// Port is the TCP port the server listens on, on Host.
 	Port int
 	// Dir is the temporary directory holding the data directory, socket and log.
 	Dir string
@@ -35,8 +42,16 @@ type Postgres struct {
 	runAsPG bool
 }
 
-// Options tune Start.
+// DefaultHost is the address a server listens on when Options.Host is empty.
+const DefaultHost = "127.0.0.1"
+
+// Options tune Start and StartStandby.
 type Options struct {
+	// Host is the loopback address to listen on ("127.0.0.2", "::1", …); ""
+	// means DefaultHost, or the single address of Settings["listen_addresses"]
+	// when that names one. Any address of 127.0.0.0/8 works on Linux without
+	// configuration. Host and Port are what DSN uses.
+	Host string
 	// Port to listen on; 0 picks a free one.
 	Port int
 	// Dir is the parent of the server's temporary directory; "" means os.TempDir().
@@ -44,6 +59,30 @@ type Options struct {
 	// Settings are extra "-c name=value" server settings.
 	Settings map[string]string
 }
+
+// host returns the address the server is to listen on, or an error when it
+// is not a loopback address: tests never listen elsewhere.
+func (o Options) host() (string, error) {
+	h := o.Host
+	if h == "" {
+		// The demo used to pick its addresses with listen_addresses alone.
+		if la := o.Settings["listen_addresses"]; net.ParseIP(la) != nil {
+			h = la
+		} else {
+			h = DefaultHost
+		}
+	}
+	ip := net.ParseIP(h)
+	if ip == nil || !ip.IsLoopback() {
+		return "", fmt.Errorf("pgtest: Options.Host %q is not a loopback IP address: use one of 127.0.0.0/8 (127.0.0.2, …) or ::1", h)
+	}
+	return h, nil
+}
+
+// hbaConf lets every loopback address in, for queries and for replication:
+// initdb's template trusts 127.0.0.1 alone, and a standby on 127.0.0.3
+// connects to its primary from 127.0.0.3.
+const hbaConf = "host all all 127.0.0.0/8 trust\nhost replication all 127.0.0.0/8 trust\n"
 
 // BinDir returns the directory holding initdb and pg_ctl: $PGBIN when set, else
 // the newest /usr/lib/postgresql/*/bin that has them.
@@ -77,11 +116,13 @@ func Start(opts Options) (*Postgres, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Postgres{bin: bin, runAsPG: os.Geteuid() == 0}
-	if p.runAsPG {
-		if p.uid, err = user.Lookup("postgres"); err != nil {
-			return nil, fmt.Errorf("running as root, PostgreSQL must run as the postgres user, which does not exist: %w", err)
-		}
+	host, err := opts.host()
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPostgres(bin, host)
+	if err != nil {
+		return nil, err
 	}
 	templateOnce.Do(func() { templateDir, templateErr = p.initTemplate() })
 	if templateErr != nil {
@@ -93,30 +134,60 @@ func Start(opts Options) (*Postgres, error) {
 	if out, err := p.run("cp", "-a", templateDir, p.data()); err != nil {
 		return nil, fmt.Errorf("copy template data directory: %v: %s", err, out)
 	}
-	conf := "listen_addresses = '127.0.0.1'\nunix_socket_directories = '" + p.Dir + "'\n" +
-		"fsync = off\nfull_page_writes = off\nmax_connections = 200\n"
-	for k, v := range opts.Settings {
-		conf += k + " = '" + v + "'\n"
-	}
-	if err := p.appendConf(conf); err != nil {
+	if err := p.configure(opts.Settings, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"); err != nil {
+		os.RemoveAll(p.Dir)
 		return nil, err
 	}
-	p.Port = opts.Port
-	for attempt := 0; ; attempt++ {
-		if opts.Port == 0 {
-			if p.Port, err = FreePort(); err != nil {
-				return nil, err
-			}
-		}
-		if err = p.Start(); err == nil || opts.Port != 0 || attempt == 3 {
-			break
-		}
-	}
-	if err != nil {
+	if err := p.listen(opts.Port); err != nil {
 		os.RemoveAll(p.Dir)
 		return nil, err
 	}
 	return p, nil
+}
+
+// newPostgres returns a server (not yet made) that runs bin's commands as the
+// postgres user when the caller is root.
+func newPostgres(bin, host string) (*Postgres, error) {
+	p := &Postgres{Host: host, bin: bin, runAsPG: os.Geteuid() == 0}
+	if p.runAsPG {
+		var err error
+		if p.uid, err = user.Lookup("postgres"); err != nil {
+			return nil, fmt.Errorf("running as root, PostgreSQL must run as the postgres user, which does not exist: %w", err)
+		}
+	}
+	return p, nil
+}
+
+// configure appends the server's own settings to the data directory's
+// postgresql.conf (where the last line naming a setting wins): its address
+// and socket directory, then base, then settings; and lets every loopback
+// address in through pg_hba.conf.
+func (p *Postgres) configure(settings map[string]string, base string) error {
+	conf := "listen_addresses = '" + p.Host + "'\nunix_socket_directories = '" + p.Dir + "'\n" + base
+	for k, v := range settings {
+		conf += k + " = '" + v + "'\n"
+	}
+	if err := appendFile(filepath.Join(p.data(), "postgresql.conf"), conf); err != nil {
+		return err
+	}
+	return appendFile(filepath.Join(p.data(), "pg_hba.conf"), hbaConf)
+}
+
+// listen starts the server on port, or on a free port of p.Host when port is
+// 0, trying another one if a port is taken between the pick and the start.
+func (p *Postgres) listen(port int) error {
+	var err error
+	p.Port = port
+	for attempt := 0; ; attempt++ {
+		if port == 0 {
+			if p.Port, err = freePort(p.Host); err != nil {
+				return err
+			}
+		}
+		if err = p.Start(); err == nil || port != 0 || attempt == 3 {
+			return err
+		}
+	}
 }
 
 // initTemplate returns a data directory made by initdb, shared by every
@@ -166,12 +237,12 @@ func (p *Postgres) mkdir(parent, pattern string) (string, error) {
 
 func (p *Postgres) data() string { return filepath.Join(p.Dir, "data") }
 
-func (p *Postgres) appendConf(conf string) error {
-	f, err := os.OpenFile(filepath.Join(p.data(), "postgresql.conf"), os.O_APPEND|os.O_WRONLY, 0)
+func appendFile(name, text string) error {
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString(conf)
+	_, err = f.WriteString(text)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -194,7 +265,7 @@ func (p *Postgres) Start() error {
 	out, err := p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-l", filepath.Join(p.Dir, "log"),
 		"-o", "-p "+strconv.Itoa(p.Port), "-w", "-t", "60", "start")
 	if err != nil {
-		return fmt.Errorf("pg_ctl start on port %d: %v: %s%s", p.Port, err, out, p.logTail())
+		return fmt.Errorf("pg_ctl start on %s: %v: %s%s", net.JoinHostPort(p.Host, strconv.Itoa(p.Port)), err, out, p.logTail())
 	}
 	return nil
 }
@@ -230,7 +301,16 @@ func (p *Postgres) DSN(db string) string {
 	if db == "" {
 		db = "postgres"
 	}
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(p.host(), strconv.Itoa(p.Port)), db)
+}
+
+// host is the address to connect to: Host, or DefaultHost for a Postgres
+// value made without one.
+func (p *Postgres) host() string {
+	if p.Host == "" {
+		return DefaultHost
+	}
+	return p.Host
 }
 
 // Exec runs SQL statements (several may be separated by semicolons) in database postgres.
@@ -245,8 +325,11 @@ func (p *Postgres) Exec(ctx context.Context, sql string, args ...any) error {
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func FreePort() (int, error) { return freePort(DefaultHost) }
+
+// freePort returns a TCP port on host that was free a moment ago.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return 0, err
 	}

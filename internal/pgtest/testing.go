@@ -29,3 +29,20 @@ func (p *Postgres) MustExec(t testing.TB, sql string, args ...any) {
 		t.Fatalf("exec %q: %v", sql, err)
 	}
 }
+
+// NewStandby makes a streaming standby of primary with StartStandby for the
+// test, and stops it and removes its directory when the test ends. A standby
+// that cannot start or stream fails the test.
+func NewStandby(t testing.TB, primary *Postgres, opts ...Options) *Postgres {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	p, err := StartStandby(primary, o)
+	if err != nil {
+		t.Fatalf("this test needs a PostgreSQL standby and could not make one: %v", err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
