@@ -132,9 +132,11 @@ func Start(opts Options) (*Postgres, error) {
 		return nil, err
 	}
 	if out, err := p.run("cp", "-a", templateDir, p.data()); err != nil {
+		os.RemoveAll(p.Dir)
 		return nil, fmt.Errorf("copy template data directory: %v: %s", err, out)
 	}
-	if err := p.configure(opts.Settings, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"); err != nil {
+	if err := p.configure(opts.Settings, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"+
+		"wal_level = replica\nmax_wal_senders = 10\n"); err != nil {
 		os.RemoveAll(p.Dir)
 		return nil, err
 	}
@@ -160,8 +162,9 @@ func newPostgres(bin, host string) (*Postgres, error) {
 
 // configure appends the server's own settings to the data directory's
 // postgresql.conf (where the last line naming a setting wins): its address
-// and socket directory, then base, then settings; and lets every loopback
-// address in through pg_hba.conf.
+// and socket directory, then base, then settings (so a listen_addresses there
+// wins, as it always has); and lets every loopback address in through
+// pg_hba.conf.
 func (p *Postgres) configure(settings map[string]string, base string) error {
 	conf := "listen_addresses = '" + p.Host + "'\nunix_socket_directories = '" + p.Dir + "'\n" + base
 	for k, v := range settings {
