@@ -1,0 +1,252 @@
+package health
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// coalesce is how long the publisher waits after a first change for more
+// changes to publish with it.
+const coalesce = 5 * time.Millisecond
+
+// probeFunc runs one probe against addr; ctx carries the Timeout.
+type probeFunc func(ctx context.Context, addr netip.AddrPort) result
+
+// Checker checks a set of targets and publishes their verdicts. Make one with New.
+type Checker struct {
+	cfg   Config
+	probe probeFunc
+
+	mu      sync.Mutex
+	targets map[string]Target // the set given to SetTargets
+	run     *run              // non-nil while Run runs
+}
+
+// run is the state of one Run call; its maps are guarded by Checker.mu.
+type run struct {
+	ctx      context.Context
+	wg       sync.WaitGroup
+	workers  map[string]*worker
+	verdicts map[string]Verdict // targets out of Unknown
+	changed  bool               // a transition not yet published
+	walMoved bool               // a WAL position moved since the last publish
+	wake     chan struct{}      // capacity 1: tells the publisher to look
+}
+
+// worker is one target's goroutine.
+type worker struct {
+	t      Target
+	cancel context.CancelFunc
+}
+
+// New returns a Checker for cfg, with defaults applied to its zero fields.
+// The error names the field that is wrong.
+func New(cfg Config) (*Checker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	c := &Checker{cfg: cfg, targets: map[string]Target{}}
+	switch cfg.Check {
+	case CheckTCP:
+		c.probe = tcpProbe(cfg.Timeout)
+	case CheckPostgres:
+		c.probe = postgresProbe(cfg.Options, cfg.Timeout)
+	}
+	return c, nil
+}
+
+// SetTargets replaces the set of targets. Targets whose Key and Addr did not
+// change keep their state and goroutine; removed targets stop (a probe in
+// flight is cut short and its socket closed) and leave the View; a Key whose
+// Addr changed starts over from Unknown. When Keys repeat, the last one wins.
+// It may be called before, during or after Run.
+func (c *Checker) SetTargets(ts []Target) {
+	want := make(map[string]Target, len(ts))
+	for _, t := range ts {
+		want[t.Key] = t
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.targets = want
+	if c.run != nil {
+		c.sync(c.run)
+	}
+}
+
+// Run checks the targets until ctx is done, calling publish with a new View
+// after each verdict change (several changes within a few milliseconds make
+// one View). publish is never called concurrently and may take its time:
+// changes meanwhile are published together afterwards. When Run returns, all
+// the goroutines it started have ended and their sockets are closed. A Checker
+// runs one Run at a time; Run may be called again after it returned, and then
+// starts every target over from Unknown.
+func (c *Checker) Run(ctx context.Context, publish func(View)) {
+	r := &run{
+		ctx:      ctx,
+		workers:  map[string]*worker{},
+		verdicts: map[string]Verdict{},
+		wake:     make(chan struct{}, 1),
+	}
+	c.mu.Lock()
+	if c.run != nil {
+		c.mu.Unlock()
+		panic("health: Run called while another Run of the same Checker is running")
+	}
+	c.run = r
+	c.sync(r)
+	c.mu.Unlock()
+
+	defer func() {
+		c.mu.Lock()
+		for _, w := range r.workers {
+			w.cancel()
+		}
+		c.run = nil
+		c.mu.Unlock()
+		r.wg.Wait()
+	}()
+	c.publishLoop(r, publish)
+}
+
+// sync starts and stops workers so that r runs c.targets. c.mu is held.
+func (c *Checker) sync(r *run) {
+	for k, w := range r.workers {
+		if t, ok := c.targets[k]; ok && t.Addr == w.t.Addr {
+			continue
+		}
+		w.cancel()
+		delete(r.workers, k)
+		if _, ok := r.verdicts[k]; ok {
+			delete(r.verdicts, k)
+			r.changed = true
+		}
+	}
+	for k, t := range c.targets {
+		if _, ok := r.workers[k]; ok {
+			continue
+		}
+		ctx, cancel := context.WithCancel(r.ctx)
+		w := &worker{t: t, cancel: cancel}
+		r.workers[k] = w
+		r.wg.Go(func() { c.work(ctx, r, w) })
+	}
+	if r.changed {
+		r.signal()
+	}
+}
+
+// signal wakes the publisher without blocking.
+func (r *run) signal() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// work is one target's goroutine: probe every Interval, judge, report.
+func (c *Checker) work(ctx context.Context, r *run, w *worker) {
+	tr := tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}
+	timer := time.NewTimer(rand.N(c.cfg.Interval))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		start := time.Now()
+		res := c.probeOnce(ctx, w.t.Addr)
+		if ctx.Err() != nil {
+			return // cut short by removal or shutdown: not a result
+		}
+		if c.cfg.Observe != nil {
+			c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
+		}
+		changed, walMoved := tr.record(res, start)
+		c.report(r, w, tr.v, changed, walMoved)
+		// The next probe starts Interval after this one started, or at once
+		// when this one took longer: never two in flight.
+		timer.Reset(time.Until(start.Add(c.cfg.Interval)))
+	}
+}
+
+// probeOnce runs one probe bounded by Timeout.
+func (c *Checker) probeOnce(ctx context.Context, addr netip.AddrPort) result {
+	if !addr.IsValid() {
+		return result{cause: CauseUnreachable, detail: "the target has no valid address and port"}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	return c.probe(ctx, addr)
+}
+
+// report records a worker's verdict for the next View and wakes the
+// publisher when there is something to publish.
+func (c *Checker) report(r *run, w *worker, v Verdict, changed, walMoved bool) {
+	if v.State == Unknown {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if r.workers[w.t.Key] != w {
+		return // removed or replaced meanwhile
+	}
+	r.verdicts[w.t.Key] = v
+	if changed {
+		r.changed = true
+		r.signal()
+	} else if walMoved && c.cfg.ReportWAL {
+		r.walMoved = true
+		r.signal()
+	}
+}
+
+// publishLoop publishes Views until r.ctx is done: at once (after coalesce)
+// on a transition, at most once per Interval when only WAL positions moved.
+func (c *Checker) publishLoop(r *run, publish func(View)) {
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	var last time.Time // the last publish
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.wake:
+		case <-wait.C: // a WAL-only publish fell due
+		}
+		// Let a burst of changes gather into one View.
+		wait.Reset(coalesce)
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-wait.C:
+		}
+		c.mu.Lock()
+		due := r.changed
+		if !due && r.walMoved {
+			next := last.Add(c.cfg.Interval)
+			if now := time.Now(); !now.Before(next) {
+				due = true
+			} else {
+				wait.Reset(next.Sub(now))
+			}
+		}
+		var v View
+		if due {
+			v = maps.Clone(r.verdicts)
+			if v == nil {
+				v = View{}
+			}
+			r.changed, r.walMoved = false, false
+		}
+		c.mu.Unlock()
+		if due {
+			publish(v)
+			last = time.Now()
+		}
+	}
+}

@@ -1,0 +1,22 @@
+// Package health runs active health checks against a changing set of
+// backends and reports verdict changes, not raw probe results.
+//
+// A Checker runs one goroutine per target. Each probes its target every
+// Interval (the first probe after a random offset in [0, Interval), so that
+// targets spread out), with one probe in flight at a time, each bounded by
+// Timeout. A target becomes Up after Rise consecutive successes and Down after
+// Fall consecutive failures; until then it is Unknown and absent from the View.
+//
+// Two checks exist. "tcp" succeeds when a TCP connection is accepted within
+// Timeout. "postgres" connects with pgconn, reads pg_is_in_recovery() and the
+// WAL position, and names the reason of a failure with a stable word (Cause)
+// taken from the server's SQLSTATE or the network error, never from message
+// text.
+//
+// The owner feeds targets with SetTargets at any time (targets that did not
+// change keep their state and goroutine) and receives whole, immutable Views
+// through the publish function given to Run, one call at a time. When Run
+// returns, every goroutine it started has ended and every socket is closed.
+//
+// The package knows nothing of DNS: its owner decides what a verdict means.
+package health

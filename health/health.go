@@ -1,0 +1,161 @@
+package health
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Target is one backend to check. Key is the caller's name for it ("cluster/name").
+type Target struct {
+	Key  string
+	Addr netip.AddrPort
+}
+
+// State is a target's judged state after rise and fall.
+type State uint8
+
+const (
+	// Unknown means not checked yet, or not enough results for rise or fall.
+	Unknown State = iota
+	// Up means the last Rise probes (at least) succeeded.
+	Up
+	// Down means the last Fall probes (at least) failed.
+	Down
+)
+
+// String returns "unknown", "up" or "down".
+func (s State) String() string {
+	switch s {
+	case Up:
+		return "up"
+	case Down:
+		return "down"
+	default:
+		return "unknown"
+	}
+}
+
+// Role values a postgres check reports ("" for tcp).
+const (
+	RolePrimary = "primary"
+	RoleStandby = "standby"
+)
+
+// Check names accepted in Config.Check.
+const (
+	CheckTCP      = "tcp"
+	CheckPostgres = "postgres"
+)
+
+// Causes: the stable words of Verdict.Cause and of the Observe hook.
+const (
+	CauseOK                 = "ok"                   // the probe succeeded
+	CauseRefused            = "refused"              // the connection was refused (ECONNREFUSED)
+	CauseTimeout            = "timeout"              // no answer within Timeout
+	CauseUnreachable        = "unreachable"          // the connection failed otherwise (no route, host down...)
+	CauseStartingUp         = "starting_up"          // SQLSTATE 57P03 cannot_connect_now (starting up, shutting down, recovery)
+	CauseShuttingDown       = "shutting_down"        // SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown
+	CauseTooManyConnections = "too_many_connections" // SQLSTATE 53300
+	CauseAuthFailed         = "auth_failed"          // SQLSTATE class 28 (bad password, no such role, no LOGIN) or 42501 (no CONNECT privilege)
+	CauseNoDatabase         = "no_database"          // SQLSTATE 3D000
+	CauseTLS                = "tls"                  // the TLS negotiation or handshake failed
+	CauseProtocol           = "protocol"             // the peer accepted the connection but did not speak PostgreSQL's protocol as expected
+	CauseConfig             = "config"               // the postgres Options could not be turned into a connection (a file they name, for instance)
+	CauseError              = "error"                // any other error
+)
+
+// Defaults applied by New to zero Config fields.
+const (
+	DefaultInterval = 2 * time.Second
+	DefaultTimeout  = 1 * time.Second
+	DefaultRise     = 2
+	DefaultFall     = 2
+)
+
+// maxDetail bounds Verdict.Detail, in bytes.
+const maxDetail = 200
+
+// Verdict is a target's judged state after rise/fall.
+type Verdict struct {
+	State State
+	// Role is, for the postgres check, "primary" or "standby" from pg_is_in_recovery() as read
+	// by the last successful probe; "" for tcp or when never read.
+	Role string
+	// WAL is the LSN read by the last successful postgres probe: pg_current_wal_lsn() on a
+	// primary, pg_last_wal_replay_lsn() on a standby (0 when unknown / tcp).
+	WAL uint64
+	// Cause is a stable word (the Cause* constants): the last probe's failure while Down, "ok" while Up.
+	Cause string
+	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).
+	Detail string
+	// Last is the time of the last probe.
+	Last time.Time
+}
+
+// View is an immutable map Key -> Verdict, published whole. Never modified after publish.
+// A target absent from it is Unknown.
+type View map[string]Verdict
+
+// Config configures a Checker.
+type Config struct {
+	Check    string        // "tcp" or "postgres"
+	Options  string        // postgres: libpq key=value options without host/port ("user=monitor dbname=postgres sslmode=prefer")
+	Interval time.Duration // default 2s
+	Timeout  time.Duration // default 1s
+	Rise     int           // default 2
+	Fall     int           // default 2
+	// ReportWAL: publish a new View when WAL positions moved (at most once per Interval), not only
+	// on verdict transitions. pgcluster sets it when max_lag is configured.
+	ReportWAL bool
+	// Observe, if set, is called after every probe (for metrics): check type, result cause, duration.
+	// It is called from the targets' goroutines, concurrently: it must be safe for concurrent use.
+	Observe func(check, cause string, d time.Duration)
+}
+
+// validate applies the defaults and checks every field; errors name the field.
+func (cfg *Config) validate() error {
+	switch cfg.Check {
+	case CheckTCP:
+		if cfg.Options != "" {
+			return errors.New("health: Options are for the postgres check only: remove them or use Check \"postgres\"")
+		}
+	case CheckPostgres:
+		if err := validateOptions(cfg.Options); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("health: Check %q is not a check: use %q or %q", cfg.Check, CheckTCP, CheckPostgres)
+	}
+	if err := defaultDuration(&cfg.Interval, DefaultInterval, "Interval"); err != nil {
+		return err
+	}
+	if err := defaultDuration(&cfg.Timeout, DefaultTimeout, "Timeout"); err != nil {
+		return err
+	}
+	if err := defaultCount(&cfg.Rise, DefaultRise, "Rise"); err != nil {
+		return err
+	}
+	return defaultCount(&cfg.Fall, DefaultFall, "Fall")
+}
+
+func defaultDuration(d *time.Duration, def time.Duration, field string) error {
+	switch {
+	case *d == 0:
+		*d = def
+	case *d < 0:
+		return fmt.Errorf("health: %s %v is negative: give a positive duration, or 0 for the default %v", field, *d, def)
+	}
+	return nil
+}
+
+func defaultCount(n *int, def int, field string) error {
+	switch {
+	case *n == 0:
+		*n = def
+	case *n < 0:
+		return fmt.Errorf("health: %s %d is negative: give a count of 1 or more, or 0 for the default %d", field, *n, def)
+	}
+	return nil
+}
