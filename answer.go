@@ -32,6 +32,9 @@ type budget struct {
 	size int // octets the reply may take
 	// partial is set when records were left out for lack of room.
 	partial bool
+	// failOpen is set when the answer names nodes failing their check
+	// (all_down open).
+	failOpen bool
 	udp     bool
 	zone    string
 	// chained is set once a CNAME has put the owner of the records that

@@ -53,6 +53,42 @@ var (
 		Help:      "Registry rows in the current snapshot that cannot be served, by reason.",
 	}, []string{"zone", "reason"})
 
+	probes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "probes_total",
+		Help:      "Counter of health-check probes, by check type and result (ok, or the cause of the failure).",
+	}, []string{"zone", "check", "result"})
+
+	probeDuration = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "probe_duration_seconds",
+		Help:      "Histogram of the time a health-check probe took, by check type.",
+		Buckets:   prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"zone", "check"})
+
+	targetsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "check_targets",
+		Help:      "Nodes under active health checks, by state: up, down or unknown (not decided yet).",
+	}, []string{"zone", "state"})
+
+	splitBrain = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "split_brain_clusters",
+		Help:      "Clusters in which two or more serving nodes claim to be primary: primary.<cluster> has no address.",
+	}, []string{"zone"})
+
+	failOpenAnswers = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "fail_open_answers_total",
+		Help:      "Counter of answers that name nodes failing their check, because every node of the name does (all_down open).",
+	}, []string{"zone"})
+
 	snapshotSerial = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",

@@ -12,6 +12,7 @@ import (
 	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // maxChain bounds the CNAME hops followed inside one answer.
@@ -28,7 +29,10 @@ type PgCluster struct {
 	// rotate turns the order of A, AAAA and SRV records, one step per query.
 	rotate atomic.Uint32
 
-	reg *registry
+	reg        *registry
+	checksDone <-chan struct{} // closed when the health checks have stopped; nil without checks
+	// failOpen counts the answers of all_down open, for the zone.
+	failOpen prometheus.Counter
 }
 
 var _ plugin.Handler = (*PgCluster)(nil)
@@ -76,6 +80,8 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
 		m.Ns = []dns.RR{copyRR(snap.names[zone].soa)}
+	} else if b.failOpen && p.failOpen != nil {
+		p.failOpen.Inc()
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
@@ -99,6 +105,10 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
 		m.Answer = append(m.Answer, copyRR(e.cname))
 		b.cname(e.cname, hops)
 		e = e.next
+	}
+	switch qtype {
+	case dns.TypeA, dns.TypeAAAA, dns.TypeSRV:
+		b.failOpen = e.failOpen
 	}
 	switch qtype {
 	case dns.TypeA:

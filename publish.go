@@ -1,17 +1,33 @@
 package pgcluster
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
-// publisher turns each registry load into a snapshot and swaps it in.
+// publisher is the only writer of the snapshot. Its inputs are the
+// registry's rows (applyAt) and, with checks on, the checks' verdicts
+// (setView); each change of either rebuilds the zone from the latest of
+// both, one build at a time, and swaps it in.
 type publisher struct {
 	p   *PgCluster
 	set *settings
+	// targets receives the nodes to check after each build that changed
+	// them; nil without checks.
+	targets func([]health.Target)
 
+	mu       sync.Mutex // one build at a time; guards what follows
+	rows     bool       // rows were loaded (or restored)
+	nodes    []Node
+	aliases  []Alias
+	loadedAt time.Time
+	view     health.View
 	// selfMissing holds the self options whose node the registry lacks,
 	// so that each is warned about once, when it goes missing.
 	selfMissing map[string]bool
@@ -23,9 +39,32 @@ func (pb *publisher) apply(nodes []Node, aliases []Alias) { pb.applyAt(nodes, al
 // applyAt builds a snapshot from rows loaded at loadedAt (earlier, when they
 // are the last instance's, restored after a Corefile reload) and publishes it.
 func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) {
-	s := build(buildInput{settings: pb.set, nodes: nodes, aliases: aliases})
-	s.loadedAt = loadedAt
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	pb.rows, pb.nodes, pb.aliases, pb.loadedAt = true, nodes, aliases, loadedAt
+	pb.publish()
+}
+
+// setView takes the checks' latest verdicts and, once rows are loaded,
+// publishes the zone they make.
+func (pb *publisher) setView(v health.View) {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	pb.view = v
+	reportView(pb.set.zones[0], v)
+	if pb.rows {
+		pb.publish()
+	}
+}
+
+// publish builds a snapshot of the current inputs and swaps it in. pb.mu is held.
+func (pb *publisher) publish() {
+	s := build(buildInput{settings: pb.set, nodes: pb.nodes, aliases: pb.aliases, view: pb.view})
+	s.loadedAt = pb.loadedAt
 	prev := pb.p.snap.Load()
+	if pb.targets != nil && (prev == nil || !slices.Equal(prev.targets, s.targets)) {
+		pb.targets(s.targets)
+	}
 	serial := uint32(s.loadedAt.Unix())
 	if prev != nil {
 		switch {
@@ -52,13 +91,21 @@ func (pb *publisher) report(prev, s *snapshot) {
 
 	nodesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	primariesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	split := 0
 	for name, st := range s.clusters {
+		if len(st.primaries) > 1 {
+			split++
+		}
 		nodesGauge.WithLabelValues(zone, name, "in").Set(float64(st.serving))
 		nodesGauge.WithLabelValues(zone, name, "out").Set(float64(st.out))
 		primariesGauge.WithLabelValues(zone, name).Set(float64(len(st.primaries)))
 		if len(st.primaries) > 1 && len(prev.clusters[name].primaries) <= 1 {
 			log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(st.primaries), st.primaries, name)
 		}
+	}
+	splitBrain.WithLabelValues(zone).Set(float64(split))
+	if s.failOpen > 0 && prev.failOpen == 0 {
+		log.Warningf("Every node of %d names fails its check: answering them anyway (all_down open)", s.failOpen)
 	}
 
 	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})

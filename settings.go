@@ -3,6 +3,8 @@ package pgcluster
 import (
 	"net/netip"
 	"time"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // settings is a parsed pgcluster block: every option, under one name each,
@@ -21,6 +23,54 @@ type settings struct {
 	self map[string]netip.Addr
 	// nsAddrs are this instance's own addresses, for ns.<zone>; set at start.
 	nsAddrs []netip.Addr
+
+	// Active health checks: off while check is "".
+	check        string // checkTCP or checkPostgres
+	checkOptions string // libpq key=value options for checkPostgres
+	interval     time.Duration
+	timeout      time.Duration
+	rise, fall   int
+	maxLag       int64 // bytes; 0 is off
+	allDown      string
+}
+
+// Check types, and what to answer when every node of a name fails its check.
+const (
+	checkTCP      = health.CheckTCP
+	checkPostgres = health.CheckPostgres
+
+	allDownOpen   = "open"
+	allDownClosed = "closed"
+)
+
+// Defaults and bounds of the check options.
+const (
+	defaultInterval = 2 * time.Second
+	defaultTimeout  = time.Second
+	defaultRise     = 2
+	defaultFall     = 2
+	// minInterval and minTimeout: below them a check is a load test of the
+	// backends, and a timeout shorter than a loaded network's round trip.
+	minInterval = 100 * time.Millisecond
+	minTimeout  = 10 * time.Millisecond
+	maxCount    = 100 // of rise and fall
+)
+
+// checksOn reports whether nodes are actively checked.
+func (s *settings) checksOn() bool { return s.check != "" }
+
+// healthConfig is the checker's configuration; observe sees every probe.
+func (s *settings) healthConfig(observe func(check, cause string, d time.Duration)) health.Config {
+	return health.Config{
+		Check:     s.check,
+		Options:   s.checkOptions,
+		Interval:  s.interval,
+		Timeout:   s.timeout,
+		Rise:      s.rise,
+		Fall:      s.fall,
+		ReportWAL: s.maxLag > 0,
+		Observe:   observe,
+	}
 }
 
 // resolveAddrs finds this host's outbound addresses: for ns.<zone>, and for

@@ -74,6 +74,14 @@ func setup(c *caddy.Controller) error {
 func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 	cfg.resolveAddrs()
 	pb := &publisher{p: p, set: cfg}
+	if cfg.checksOn() {
+		done, err := startChecks(ctx, cfg, pb)
+		if err != nil {
+			// parse validated every option: only a bug gets here.
+			log.Errorf("Health checks not started: %v", err)
+		}
+		p.checksDone = done
+	}
 	p.reg = newRegistry(cfg, storeKey(cfg.dsn, cfg.zones), pb.applyAt)
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
@@ -85,10 +93,14 @@ func (p *PgCluster) stop() {
 	if p.reg != nil {
 		<-p.reg.done
 	}
+	if p.checksDone != nil {
+		<-p.checksDone
+	}
 }
 
 func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
-	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{}}
+	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{},
+		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen}
 	p := &PgCluster{}
 	i := 0
 	for c.Next() {
@@ -121,8 +133,12 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	if cfg.dsn == "" {
 		return nil, nil, c.Err("missing required option 'postgres DSN'")
 	}
+	if err := checkOptionsAgree(cfg); err != nil {
+		return nil, nil, c.Err(err.Error())
+	}
 	p.Zones = cfg.zones
 	p.ttl = cfg.ttl
+	p.failOpen = failOpenAnswers.WithLabelValues(cfg.zones[0])
 	return p, cfg, nil
 }
 
@@ -166,6 +182,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		cfg.allowLoopback = true
 	case "self":
 		return parseSelf(c, cfg, args)
+	case "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down":
+		return parseCheckOption(c, cfg, opt, args)
 	case "fallthrough":
 		for _, z := range args {
 			if why := badDomain(z); why != "" {

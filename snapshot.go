@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // entry is one owner name of the zone with every record it has.
@@ -20,6 +22,9 @@ type entry struct {
 	extra   []dns.RR // the glue: extra[i] is the address of srv[i]'s target
 	ns      []dns.RR
 	soa     *dns.SOA
+	// failOpen: the addresses and SRV records are of nodes that fail their
+	// check, answered because all of the set's nodes do (all_down open).
+	failOpen bool
 
 	cname  *dns.CNAME
 	target string // owner name the CNAME points to
@@ -44,6 +49,11 @@ type snapshot struct {
 	skipped  []skipped
 	// verdicts says of each node ("cluster/name") whether it is served, and why.
 	verdicts map[string]string
+	// targets are the nodes to check, when checks are on.
+	targets []health.Target
+	// failOpen counts the sets answered with nodes that fail their check,
+	// because every node of the set does (all_down open).
+	failOpen int
 }
 
 // buildInput is everything a snapshot is made from.
@@ -51,6 +61,9 @@ type buildInput struct {
 	*settings
 	nodes   []Node
 	aliases []Alias
+	// view is the checks' verdicts by "cluster/name"; a node missing from
+	// it is not checked yet.
+	view health.View
 }
 
 // build turns registry rows into a snapshot. It is a pure function of its
@@ -128,35 +141,45 @@ func (b *builder) addresses(e *entry, name string, addrs []netip.Addr) {
 }
 
 func (b *builder) cluster(c *cluster) {
-	var all, primaries, standbys []*member
+	serving := func(m *member) bool { return m.serving }
+	// down: a node the registry allows but whose check fails; all_down
+	// open answers these when none of a set serves.
+	down := func(m *member) bool { return m.registryOK && !m.serving }
 	for _, m := range c.members {
 		nodeName := b.name(m.Name, c.name)
 		e := b.entry(nodeName)
 		if m.serving {
-			all = append(all, m)
 			b.addresses(e, nodeName, []netip.Addr{m.addr})
-			switch m.Role {
-			case rolePrimary:
-				primaries = append(primaries, m)
-			case roleStandby:
-				standbys = append(standbys, m)
-			}
 		}
-		e.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(nodeName, dns.TypeTXT), Txt: nodeTXT(m, len(b.s.clusters[c.name].primaries))}}
+		e.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(nodeName, dns.TypeTXT), Txt: nodeTXT(m, len(b.s.clusters[c.name].primaries), b.in.settings)}}
 	}
+	all, allOpen := b.pick(c, serving), b.pick(c, down)
+	primaries := b.pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
+	primaryOpen := b.pick(c, func(m *member) bool { return down(m) && lastRole(m) == rolePrimary })
+	standbys := b.pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging })
+	standbyOpen := b.pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
 	var primary []*member
-	if len(primaries) == 1 {
+	switch {
+	case len(primaries) == 1:
 		primary = primaries
+	case len(primaries) > 1:
+		// Split brain: no address, and no fail-open either.
+		primaryOpen = nil
 	}
-	preferStandby := standbys
-	if len(preferStandby) == 0 {
-		preferStandby = primary
+	if len(primaryOpen) > 1 {
+		primaryOpen = nil
 	}
-	b.set(c.name, "", all)
-	b.set(c.name, labelPrimary, primary)
-	b.set(c.name, labelStandby, standbys)
-	b.set(c.name, labelReplica, standbys)
-	b.set(c.name, labelPreferStandby, preferStandby)
+	preferStandby, preferOpen := standbys, standbyOpen
+	if len(preferStandby) == 0 && len(primary) == 1 {
+		preferStandby, preferOpen = primary, nil
+	} else if len(preferStandby) == 0 && len(preferOpen) == 0 {
+		preferOpen = primaryOpen
+	}
+	b.set(c.name, "", all, allOpen)
+	b.set(c.name, labelPrimary, primary, primaryOpen)
+	b.set(c.name, labelStandby, standbys, standbyOpen)
+	b.set(c.name, labelReplica, standbys, standbyOpen)
+	b.set(c.name, labelPreferStandby, preferStandby, preferOpen)
 	st := b.s.clusters[c.name]
 	ce := b.entry(b.name(c.name))
 	ce.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(b.name(c.name), dns.TypeTXT), Txt: clusterTXT(st)}}
@@ -164,7 +187,7 @@ func (b *builder) cluster(c *cluster) {
 
 // set writes a set name (the cluster itself, or a role under it) with the
 // addresses of members and an SRV record for each.
-func (b *builder) set(clusterName, label string, members []*member) {
+func (b *builder) set(clusterName, label string, members, open []*member) {
 	owner := b.name(clusterName)
 	if label != "" {
 		owner = b.name(label, clusterName)
@@ -172,6 +195,11 @@ func (b *builder) set(clusterName, label string, members []*member) {
 	e := b.entry(owner)
 	srvName := labelSRV + "." + owner
 	se := b.entry(srvName)
+	if len(members) == 0 && len(open) > 0 && b.in.allDown == allDownOpen {
+		members = open
+		e.failOpen, se.failOpen = true, true
+		b.s.failOpen++
+	}
 	for _, m := range members {
 		b.addresses(e, owner, []netip.Addr{m.addr})
 		target := b.name(m.Name, clusterName)
@@ -205,6 +233,26 @@ func (b *builder) alias(alias, target, final string) {
 		e.cname = &dns.CNAME{Hdr: b.hdr(from, dns.TypeCNAME), Target: to}
 		e.target = to
 	}
+}
+
+// pick returns the members of c for which keep holds, in order.
+func (b *builder) pick(c *cluster, keep func(*member) bool) []*member {
+	var out []*member
+	for _, m := range c.members {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// lastRole is the role a node had when last known: read by its check
+// before it failed, else the registry's.
+func lastRole(m *member) string {
+	if m.check.Role != "" {
+		return m.check.Role
+	}
+	return m.Role
 }
 
 // addEmptyNonTerminals makes every name between an owner and its zone exist,
@@ -242,14 +290,15 @@ func (s *snapshot) link() {
 }
 
 // contentHash fingerprints what the records are made of: every served row
-// with its verdict, and every alias. With the instance's own settings fixed,
+// with its verdict (the check's state and cause, whether a standby lags; never
+// a WAL position or a lag in bytes), and every alias. With the instance's own settings fixed,
 // equal hashes mean equal records, so the serial changes only when the
 // content does.
 func contentHash(clusters []*cluster, aliases []resolvedAlias) uint64 {
 	h := fnv.New64a()
 	for _, c := range clusters {
 		for _, m := range c.members {
-			fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason)
+			fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging)
 		}
 	}
 	for _, a := range aliases {

@@ -2,11 +2,14 @@ package pgcluster
 
 import (
 	"fmt"
+	"time"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // nodeTXT explains a node's state: in or out, its role, why, and the
 // numbers behind the why.
-func nodeTXT(m *member, primaries int) []string {
+func nodeTXT(m *member, primaries int, set *settings) []string {
 	state := "out"
 	if m.serving {
 		state = "in"
@@ -24,6 +27,33 @@ func nodeTXT(m *member, primaries int) []string {
 	}
 	if detail != "" {
 		txt = append(txt, printable("detail="+detail, maxTXTString))
+	}
+	if set != nil && set.checksOn() {
+		txt = append(txt, checkTXT(m, set)...)
+	}
+	return txt
+}
+
+// checkTXT is what the active check says of a node: its state, the role it
+// read, the replication lag, and when it last probed (as of this snapshot:
+// the zone is rebuilt when a verdict changes, not at every probe).
+func checkTXT(m *member, set *settings) []string {
+	v := m.check
+	txt := []string{"check=" + set.check + " " + v.State.String()}
+	if v.Role != "" {
+		txt = append(txt, "check_role="+v.Role)
+	}
+	if v.State == health.Down {
+		txt = append(txt, "check_cause="+v.Cause)
+	}
+	switch {
+	case m.lag >= 0 && m.lagging:
+		txt = append(txt, fmt.Sprintf("lag=%d bytes, over max_lag %d: out of standby.", m.lag, set.maxLag))
+	case m.lag >= 0:
+		txt = append(txt, fmt.Sprintf("lag=%d", m.lag))
+	}
+	if !v.Last.IsZero() {
+		txt = append(txt, "checked="+v.Last.UTC().Format(time.RFC3339Nano))
 	}
 	return txt
 }

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // Skip reasons, the values of the rows_skipped metric's reason label.
@@ -34,6 +36,15 @@ type member struct {
 	serving bool
 	reason  string // a stable word: see verdict.go
 	detail  string // for TXT: what a person reads, numbers included
+
+	// With checks on: the check's verdict (the zero Verdict, Unknown, when
+	// not checked yet), whether the registry alone would serve the node, and
+	// the replication lag behind the cluster's primary (lag < 0: unknown).
+	check      health.Verdict
+	registryOK bool
+	lag        int64
+	lagging    bool           // lag over max_lag: out of standby. and prefer-standby.
+	target     netip.AddrPort // where the check connects; invalid: not checked
 }
 
 // cluster is one cluster's validated members.
@@ -104,11 +115,17 @@ func (s *snapshot) validateNodes(in buildInput, zoneLen int) []*cluster {
 		}
 		m := judge(n, in)
 		c.members = append(c.members, m)
-		s.verdicts[cl+"/"+nl] = m.verdict()
+		if in.checksOn() && m.target.IsValid() {
+			s.targets = append(s.targets, health.Target{Key: cl + "/" + nl, Addr: m.target})
+		}
 	}
 	for _, c := range order {
+		if in.maxLag > 0 {
+			c.judgeLag(in.maxLag)
+		}
 		st := clusterStat{}
 		for _, m := range c.members {
+			s.verdicts[c.name+"/"+m.Name] = m.verdict()
 			if m.serving {
 				st.serving++
 				if m.Role == rolePrimary {

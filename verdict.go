@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 	"time"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // Verdict reasons: why a node is in or out. They are stable words, shown in
@@ -18,6 +20,9 @@ const (
 	reasonNoAddress       = "no_address"
 	reasonLoopback        = "loopback"
 	reasonUnusableAddress = "unusable_address"
+	// reasonCheckPrefix and the check's cause ("check_refused",
+	// "check_timeout", ...): the active check failed.
+	reasonCheckPrefix = "check_"
 )
 
 // judge decides whether a node serves, which address it advertises, and why.
@@ -48,7 +53,71 @@ func judge(n Node, in buildInput) *member {
 		m.serving = true
 		m.reason = reasonServing
 	}
+	m.registryOK = m.serving
+	if in.checksOn() {
+		m.target = checkTarget(n)
+		m.checkVerdict(in.view[n.Cluster+"/"+n.Name], in.check)
+	}
 	return m
+}
+
+// checkVerdict applies the check's verdict v to a node the registry allows:
+// down takes it out, with the check's cause as the reason; up with a role
+// read from PostgreSQL decides the role, whatever the registry says. A node
+// not checked yet keeps the registry's judgement and role.
+func (m *member) checkVerdict(v health.Verdict, check string) {
+	m.check, m.lag = v, -1
+	if !m.serving {
+		return
+	}
+	switch v.State {
+	case health.Down:
+		m.out(reasonCheckPrefix+v.Cause, "check "+check+" failed: "+v.Detail)
+	case health.Up:
+		if v.Role != "" {
+			m.Role = v.Role
+		}
+	}
+}
+
+// checkTarget is where a node's check connects: the registry's address and
+// port, not an address substituted by self; none for an address no client
+// could use.
+func checkTarget(n Node) netip.AddrPort {
+	a := n.Address.Unmap()
+	if !a.IsValid() || unusable(n, a) != "" || n.Port < 1 || n.Port > 65535 {
+		return netip.AddrPort{}
+	}
+	return netip.AddrPortFrom(a, uint16(n.Port))
+}
+
+// judgeLag measures each standby's replication lag behind the cluster's
+// primary, as both checks last read their WAL positions, and marks those
+// further behind than maxLag. Without exactly one serving primary whose
+// position is known, lag is unknown and nobody is marked.
+func (c *cluster) judgeLag(maxLag int64) {
+	var primary *member
+	for _, m := range c.members {
+		if m.serving && m.Role == rolePrimary {
+			if primary != nil {
+				return
+			}
+			primary = m
+		}
+	}
+	if primary == nil || primary.check.State != health.Up || primary.check.WAL == 0 {
+		return
+	}
+	for _, m := range c.members {
+		if m.Role != roleStandby || m.check.State != health.Up || m.check.WAL == 0 {
+			continue
+		}
+		m.lag = 0
+		if primary.check.WAL > m.check.WAL {
+			m.lag = int64(min(primary.check.WAL-m.check.WAL, 1<<62))
+		}
+		m.lagging = m.serving && m.lag > maxLag
+	}
 }
 
 func (m *member) out(reason, detail string) {
@@ -57,7 +126,10 @@ func (m *member) out(reason, detail string) {
 
 // verdict is what logs say of a node: in or out, and the stable reason.
 func (m *member) verdict() string {
-	if m.serving {
+	switch {
+	case m.serving && m.lagging:
+		return "in (" + m.reason + ", lagging: out of standby.)"
+	case m.serving:
 		return "in (" + m.reason + ")"
 	}
 	return "out (" + m.reason + ")"

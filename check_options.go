@@ -1,0 +1,149 @@
+package pgcluster
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/coredns/caddy"
+
+	"github.com/pgcluster/pgcluster/health"
+)
+
+// parseCheckOption parses the options of the active health checks: check,
+// interval, timeout, rise, fall, max_lag and all_down.
+func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []string) error {
+	switch opt {
+	case "check":
+		if len(args) < 1 {
+			return c.ArgErr()
+		}
+		switch args[0] {
+		case "off":
+			if len(args) != 1 {
+				return c.ArgErr()
+			}
+			cfg.check = ""
+		case checkTCP:
+			if len(args) != 1 {
+				return c.Errf("check tcp: takes no options (%q)", strings.Join(args[1:], " "))
+			}
+			cfg.check = checkTCP
+		case checkPostgres:
+			if len(args) > 2 {
+				return c.Errf("check postgres: give the options as one quoted string: check postgres \"user=monitor dbname=postgres\"")
+			}
+			cfg.check = checkPostgres
+			if len(args) == 2 {
+				if why := badCheckOptions(args[1]); why != "" {
+					return c.Errf("check postgres: %s", why)
+				}
+				cfg.checkOptions = args[1]
+			}
+		default:
+			return c.Errf("check: %q is not tcp, postgres or off", args[0])
+		}
+	case "interval":
+		d, err := duration(c, opt, args, minInterval, false)
+		if err != nil {
+			return err
+		}
+		cfg.interval = d
+	case "timeout":
+		d, err := duration(c, opt, args, minTimeout, false)
+		if err != nil {
+			return err
+		}
+		cfg.timeout = d
+	case "rise", "fall":
+		if len(args) != 1 {
+			return c.ArgErr()
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 1 || n > maxCount {
+			return c.Errf("%s: %q is not a count from 1 to %d", opt, args[0], maxCount)
+		}
+		if opt == "rise" {
+			cfg.rise = n
+		} else {
+			cfg.fall = n
+		}
+	case "max_lag":
+		if len(args) != 1 {
+			return c.ArgErr()
+		}
+		n, err := parseBytes(args[0])
+		if err != nil {
+			return c.Errf("max_lag: %v", err)
+		}
+		cfg.maxLag = n
+	case "all_down":
+		if len(args) != 1 || args[0] != allDownOpen && args[0] != allDownClosed {
+			return c.Errf("all_down: want open or closed")
+		}
+		cfg.allDown = args[0]
+	}
+	return nil
+}
+
+// checkOptionsAgree refuses check options that cannot work together.
+func checkOptionsAgree(cfg *settings) error {
+	if !cfg.checksOn() {
+		return nil
+	}
+	if cfg.timeout >= cfg.interval {
+		return fmt.Errorf("timeout %s must be shorter than interval %s: one probe in flight per node", cfg.timeout, cfg.interval)
+	}
+	if cfg.maxLag > 0 && cfg.check != checkPostgres {
+		return errors.New("max_lag needs check postgres: only it reads the WAL positions")
+	}
+	if _, err := health.New(cfg.healthConfig(nil)); err != nil {
+		return fmt.Errorf("check: %v", err)
+	}
+	return nil
+}
+
+// badCheckOptions says why opts cannot be the options of check postgres:
+// libpq key=value pairs, without the host and port that come from the
+// registry.
+func badCheckOptions(opts string) string {
+	if strings.Contains(opts, "://") {
+		return "give key=value options (user=monitor dbname=postgres), not a URL: host and port come from the registry"
+	}
+	for _, kv := range strings.Fields(opts) {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Sprintf("%q is not key=value", kv)
+		}
+		switch k {
+		case "host", "hostaddr", "port":
+			return fmt.Sprintf("%s: host and port come from the registry's rows; leave it out", k)
+		}
+	}
+	if why := badDSN(opts + " host=localhost"); why != "" {
+		return why
+	}
+	return ""
+}
+
+// parseBytes reads a byte count: a whole number with an optional unit kB,
+// MB, GB (powers of 1024, as PostgreSQL's own settings).
+func parseBytes(s string) (int64, error) {
+	mult := int64(1)
+	num := s
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"kB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"TB", 1 << 40}, {"B", 1}} {
+		if strings.HasSuffix(s, u.suffix) {
+			num, mult = strings.TrimSuffix(s, u.suffix), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 1 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a positive number of bytes such as 16MB, 1GB or 1048576", s)
+	}
+	return n * mult, nil
+}

@@ -1,0 +1,82 @@
+package pgcluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/caddy"
+)
+
+func TestSetupCheckOptions(t *testing.T) {
+	block := func(lines ...string) string {
+		return "pgcluster {\n postgres " + dsn + "\n " + strings.Join(lines, "\n ") + "\n}"
+	}
+	tests := []struct {
+		input   string
+		errPart string
+		check   func(t *testing.T, cfg *settings)
+	}{
+		{block(), "", func(t *testing.T, cfg *settings) {
+			if cfg.checksOn() || cfg.interval != 2*time.Second || cfg.timeout != time.Second || cfg.rise != 2 || cfg.fall != 2 || cfg.allDown != "open" || cfg.maxLag != 0 {
+				t.Errorf("defaults: checks off, 2s, 1s, 2, 2, open; got %+v", cfg)
+			}
+		}},
+		{block("check tcp"), "", func(t *testing.T, cfg *settings) {
+			if cfg.check != checkTCP {
+				t.Errorf("check %q", cfg.check)
+			}
+		}},
+		{block(`check postgres "user=monitor dbname=postgres sslmode=prefer"`, "interval 500ms", "timeout 200ms", "rise 3", "fall 1", "max_lag 16MB", "all_down closed"), "", func(t *testing.T, cfg *settings) {
+			if cfg.check != checkPostgres || cfg.checkOptions != "user=monitor dbname=postgres sslmode=prefer" || cfg.interval != 500*time.Millisecond ||
+				cfg.timeout != 200*time.Millisecond || cfg.rise != 3 || cfg.fall != 1 || cfg.maxLag != 16<<20 || cfg.allDown != "closed" {
+				t.Errorf("options: %+v", cfg)
+			}
+		}},
+		{block("check postgres", "max_lag 1048576"), "", func(t *testing.T, cfg *settings) {
+			if cfg.maxLag != 1<<20 || cfg.checkOptions != "" {
+				t.Errorf("max_lag in bytes: %d", cfg.maxLag)
+			}
+		}},
+		{block("check tcp", "check off"), "check: given twice", nil},
+		{block("check off"), "", func(t *testing.T, cfg *settings) {
+			if cfg.checksOn() {
+				t.Error("check off")
+			}
+		}},
+		{block("check http"), `check: "http" is not tcp, postgres or off`, nil},
+		{block("check"), "Wrong argument count", nil},
+		{block("check tcp user=x"), "check tcp: takes no options", nil},
+		{block(`check postgres "host=db user=x"`), "host: host and port come from the registry", nil},
+		{block(`check postgres "port=5433"`), "port: host and port come from the registry", nil},
+		{block(`check postgres "postgres://x@db/y"`), "not a URL", nil},
+		{block(`check postgres "user"`), `"user" is not key=value`, nil},
+		{block(`check postgres "sslmode=bogus"`), "sslmode", nil},
+		{block(`check postgres user=x dbname=y`), "one quoted string", nil},
+		{block("check tcp", "interval 10ms"), "interval: 10ms is below the minimum of 100ms", nil},
+		{block("check tcp", "timeout 1ms"), "timeout: 1ms is below the minimum of 10ms", nil},
+		{block("check tcp", "interval 1s", "timeout 1s"), "timeout 1s must be shorter than interval 1s", nil},
+		{block("check tcp", "rise 0"), `rise: "0" is not a count from 1 to 100`, nil},
+		{block("check tcp", "fall many"), `fall: "many" is not a count`, nil},
+		{block("check tcp", "max_lag 16MB"), "max_lag needs check postgres", nil},
+		{block("check postgres", "max_lag -1"), "max_lag", nil},
+		{block("check postgres", "max_lag 16XB"), "max_lag", nil},
+		{block("check tcp", "all_down maybe"), "all_down: want open or closed", nil},
+	}
+	for i, tc := range tests {
+		c := caddy.NewTestController("dns", tc.input)
+		c.ServerBlockKeys = []string{"pgcluster.lan.:53"}
+		_, cfg, err := parse(c)
+		if tc.errPart == "" {
+			if err != nil {
+				t.Errorf("test %d: unexpected error %v", i, err)
+			} else if tc.check != nil {
+				tc.check(t, cfg)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+			t.Errorf("test %d: error %v, want one containing %q", i, err, tc.errPart)
+		}
+	}
+}

@@ -1,0 +1,180 @@
+package pgcluster
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/health"
+)
+
+// checked builds testNodes with checks on and the verdicts in view.
+func checked(check string, view health.View, opts ...func(*settings)) *PgCluster {
+	set := &settings{zones: []string{testZone}, ttl: 5, check: check, allDown: allDownOpen}
+	for _, o := range opts {
+		o(set)
+	}
+	return newTestPlugin(buildInput{settings: set, nodes: testNodes(), view: view})
+}
+
+func up(role string, wal uint64) health.Verdict {
+	return health.Verdict{State: health.Up, Role: role, WAL: wal, Cause: "ok", Last: time.Unix(1700000000, 0)}
+}
+
+func down(cause string) health.Verdict {
+	return health.Verdict{State: health.Down, Cause: cause, Detail: "connect: connection refused"}
+}
+
+func addrs(t *testing.T, p *PgCluster, name string) string {
+	t.Helper()
+	a := Addrs(query(t, p, name+testZone, dns.TypeA))
+	sort.Strings(a)
+	return strings.Join(a, " ")
+}
+
+// A node whose check fails leaves every answer, with the check's cause as
+// the reason; a node not checked yet keeps the registry's judgement.
+func TestCheckDownLeaves(t *testing.T) {
+	p := checked(checkTCP, health.View{"local/pg1": down("refused"), "local/pg2": {State: health.Up, Cause: "ok"}},
+		func(s *settings) { s.allDown = allDownClosed })
+	if got := addrs(t, p, "local."); got != "192.0.2.2" {
+		t.Errorf("local.: %q, want pg2 only (pg1 down)", got)
+	}
+	if got := addrs(t, p, "primary.local."); got != "" {
+		t.Errorf("primary.: %q, want none: the primary is down (all_down closed)", got)
+	}
+	txt := query(t, p, "pg1.local."+testZone, dns.TypeTXT).Answer[0].String()
+	for _, want := range []string{`"state=out"`, `"reason=check_refused"`, `"check=tcp down"`, `"check_cause=refused"`, "connection refused"} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("pg1 TXT lacks %s: %s", want, txt)
+		}
+	}
+	// pg3 (IPv6) is not checked yet: it serves on the registry's word.
+	if txt := query(t, p, "pg3.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, `"state=in"`) || !strings.Contains(txt, `"check=tcp unknown"`) {
+		t.Errorf("pg3 TXT: %s", txt)
+	}
+}
+
+// With check postgres the role read from PostgreSQL decides primary. and
+// standby., whatever the registry's role column says.
+func TestCheckRoleWins(t *testing.T) {
+	p := checked(checkPostgres, health.View{"local/pg1": up("standby", 100), "local/pg2": up("primary", 100), "local/pg3": up("standby", 100)})
+	if got := addrs(t, p, "primary.local."); got != "192.0.2.2" {
+		t.Errorf("primary.: %q, want pg2, which the check reads as primary", got)
+	}
+	if got := addrs(t, p, "standby.local."); got != "192.0.2.1" {
+		t.Errorf("standby.: %q, want pg1", got)
+	}
+	txt := query(t, p, "pg2.local."+testZone, dns.TypeTXT).Answer[0].String()
+	for _, want := range []string{`"role=primary"`, `"check=postgres up"`, `"check_role=primary"`, `"checked=2023-11-14T22:13:20Z"`} {
+		if !strings.Contains(txt, want) {
+			t.Errorf("pg2 TXT lacks %s: %s", want, txt)
+		}
+	}
+}
+
+// Split brain: while two serving nodes report being primary, primary. has
+// no address (no fail-open either); the cluster name and standby. answer.
+func TestCheckSplitBrain(t *testing.T) {
+	p := checked(checkPostgres, health.View{"local/pg1": up("primary", 100), "local/pg2": up("primary", 90), "local/pg3": up("standby", 80)})
+	r := query(t, p, "primary.local."+testZone, dns.TypeA)
+	if len(r.Answer) != 0 || r.Rcode != dns.RcodeSuccess || len(r.Ns) != 1 {
+		t.Errorf("primary. in split brain: want NODATA with the SOA, got %v", r)
+	}
+	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
+		t.Errorf("local.: %q", got)
+	}
+	if st := p.snap.Load().clusters["local"]; len(st.primaries) != 2 {
+		t.Errorf("primaries %v", st.primaries)
+	}
+}
+
+// max_lag: a standby further behind the primary's WAL leaves standby. and
+// prefer-standby., stays in the cluster name; the lag number is in TXT
+// only, never in the content hash.
+func TestCheckMaxLag(t *testing.T) {
+	lagged := func(standbyWAL uint64) *PgCluster {
+		return checked(checkPostgres, health.View{"local/pg1": up("primary", 1000), "local/pg2": up("standby", standbyWAL), "local/pg3": up("standby", standbyWAL)},
+			func(s *settings) { s.maxLag = 100 })
+	}
+	p := lagged(950)
+	if got := addrs(t, p, "standby.local."); got != "192.0.2.2" {
+		t.Errorf("50 bytes behind, max_lag 100: standby. %q", got)
+	}
+	hashNear := p.snap.Load().hash
+	if p2 := lagged(960); p2.snap.Load().hash != hashNear {
+		t.Error("a WAL position alone changed the content hash")
+	}
+	p = lagged(800)
+	if got := addrs(t, p, "standby.local."); got != "" {
+		t.Errorf("200 bytes behind, max_lag 100: standby. %q, want none", got)
+	}
+	if got := addrs(t, p, "prefer-standby.local."); got != "192.0.2.1" {
+		t.Errorf("prefer-standby. with its only standby lagging: %q, want the primary", got)
+	}
+	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
+		t.Errorf("a lagging standby stays in local.: %q", got)
+	}
+	if txt := query(t, p, "pg2.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, "lag=200 bytes, over max_lag 100") {
+		t.Errorf("TXT: %s", txt)
+	}
+	if v := p.snap.Load().verdicts["local/pg2"]; !strings.Contains(v, "lagging") {
+		t.Errorf("verdict %q", v)
+	}
+}
+
+// All nodes down: all_down open answers them anyway, counted; closed
+// answers NODATA with the SOA. A node the registry marks unhealthy is never
+// answered.
+func TestCheckAllDown(t *testing.T) {
+	view := health.View{"local/pg1": down("refused"), "local/pg2": down("timeout"), "local/pg3": down("refused"), "local/pg4": down("refused")}
+	p := checked(checkTCP, view)
+	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
+		t.Errorf("fail-open local.: %q, want pg1 pg2 (pg4 is unhealthy in the registry)", got)
+	}
+	if got := addrs(t, p, "primary.local."); got != "192.0.2.1" {
+		t.Errorf("fail-open primary.: %q", got)
+	}
+	if got := addrs(t, p, "standby.local."); got != "192.0.2.2" {
+		t.Errorf("fail-open standby.: %q", got)
+	}
+	if n := p.snap.Load().failOpen; n == 0 {
+		t.Error("fail-open sets not counted")
+	}
+	p = checked(checkTCP, view, func(s *settings) { s.allDown = allDownClosed })
+	r := query(t, p, "local."+testZone, dns.TypeA)
+	if len(r.Answer) != 0 || r.Rcode != dns.RcodeSuccess || len(r.Ns) != 1 {
+		t.Errorf("all_down closed: want NODATA with the SOA, got %v", r)
+	}
+	// One node up: no fail-open.
+	view["local/pg2"] = up("", 0)
+	p = checked(checkTCP, view)
+	if got := addrs(t, p, "local."); got != "192.0.2.2" {
+		t.Errorf("one node up: %q", got)
+	}
+	if got := addrs(t, p, "primary.local."); got != "192.0.2.1" {
+		t.Errorf("primary. down while pg2 serves: fail-open to pg1, got %q", got)
+	}
+}
+
+// Checks off: the view is ignored and no target is made.
+func TestChecksOffNoTargets(t *testing.T) {
+	p := newTestPlugin(buildInput{nodes: testNodes(), view: health.View{"local/pg1": down("refused")}})
+	if got := addrs(t, p, "primary.local."); got != "192.0.2.1" {
+		t.Errorf("checks off: %q", got)
+	}
+	if n := len(p.snap.Load().targets); n != 0 {
+		t.Errorf("%d targets with checks off", n)
+	}
+	p = checked(checkTCP, nil)
+	var keys []string
+	for _, tg := range p.snap.Load().targets {
+		keys = append(keys, tg.Key+"="+tg.Addr.String())
+	}
+	if got := strings.Join(keys, " "); got != "local/pg1=192.0.2.1:5432 local/pg2=192.0.2.2:5432 local/pg3=[2001:db8::3]:5433 local/pg4=192.0.2.4:5432 other/x1=192.0.2.21:5432" {
+		t.Errorf("targets: %s", got)
+	}
+}

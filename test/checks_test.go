@@ -1,0 +1,223 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+)
+
+// backend is a TCP listener standing for a node: it accepts while open.
+type backend struct {
+	addr string // host:port
+	l    net.Listener
+}
+
+func openBackend(t *testing.T, host string) *backend {
+	t.Helper()
+	l, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatalf("listen on %s: %v", host, err)
+	}
+	b := &backend{addr: l.Addr().String(), l: l}
+	go acceptAndClose(l)
+	t.Cleanup(func() { b.close() })
+	return b
+}
+
+func acceptAndClose(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		c.Close()
+	}
+}
+
+// close stops accepting: connections are refused.
+func (b *backend) close() {
+	if b.l != nil {
+		b.l.Close()
+		b.l = nil
+	}
+}
+
+// open accepts again on the same address.
+func (b *backend) open(t *testing.T) {
+	t.Helper()
+	l, err := net.Listen("tcp", b.addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", b.addr, err)
+	}
+	b.l = l
+	go acceptAndClose(l)
+}
+
+func (b *backend) host() string { h, _, _ := net.SplitHostPort(b.addr); return h }
+func (b *backend) port() string { _, p, _ := net.SplitHostPort(b.addr); return p }
+
+// registerBackends puts backends in cluster "local", the first as primary.
+func registerBackends(t *testing.T, reg *pgtest.Postgres, bs ...*backend) {
+	t.Helper()
+	var rows []string
+	for i, b := range bs {
+		role := "standby"
+		if i == 0 {
+			role = "primary"
+		}
+		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %s, '%s')", i+1, b.host(), b.port(), role))
+	}
+	reg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
+}
+
+// answer returns the sorted addresses of name, or an error.
+func answer(s *Server, name string) ([]string, *dns.Msg, error) {
+	r, err := Exchange("udp", s.UDP, name, dns.TypeA)
+	if err != nil {
+		return nil, nil, err
+	}
+	a := Addrs(r)
+	sort.Strings(a)
+	return a, r, nil
+}
+
+// A TCP backend that stops accepting leaves every answer within
+// fall×interval+timeout and comes back within rise×interval: measured over
+// 20 flips.
+func TestCheckTCPFlips(t *testing.T) {
+	reg := Registry(t)
+	a, b := openBackend(t, "127.0.0.21"), openBackend(t, "127.0.0.22")
+	registerBackends(t, reg, a, b)
+	const interval, timeout, rise, fall = 100 * time.Millisecond, 50 * time.Millisecond, 2, 2
+	s := StartCoreDNS(t, Corefile(reg.DSN(""), "allow_loopback", "check tcp",
+		fmt.Sprintf("interval %s", interval), fmt.Sprintf("timeout %s", timeout), fmt.Sprintf("rise %d", rise), fmt.Sprintf("fall %d", fall)))
+	both := []string{"127.0.0.21", "127.0.0.22"}
+	Eventually(t, 10*time.Second, func() error {
+		got, _, err := answer(s, "local."+Zone)
+		if err != nil || !slices.Equal(got, both) {
+			return fmt.Errorf("local.: %v %v", got, err)
+		}
+		return nil
+	})
+	waitFor := func(want []string) time.Duration {
+		start := time.Now()
+		Eventually(t, 10*time.Second, func() error {
+			if got, _, err := answer(s, "local."+Zone); err != nil || !slices.Equal(got, want) {
+				return fmt.Errorf("local.: %v, want %v (%v)", got, want, err)
+			}
+			return nil
+		})
+		return time.Since(start)
+	}
+	var outs, ins []time.Duration
+	for range 20 {
+		b.close()
+		outs = append(outs, waitFor(both[:1]))
+		b.open(t)
+		ins = append(ins, waitFor(both))
+	}
+	outBudget, inBudget := fall*interval+timeout, rise*interval
+	t.Logf("out: p50 %v p99 %v (budget fall×interval+timeout = %v); in: p50 %v p99 %v (budget rise×interval = %v)",
+		percentile(outs, 50), percentile(outs, 99), outBudget, percentile(ins, 50), percentile(ins, 99), inBudget)
+	// Generous: a loaded 2-core machine running the race detector.
+	if p := percentile(outs, 50); p > outBudget+interval+time.Second {
+		t.Errorf("a refusing backend left the answer after %v (p50), budget %v", p, outBudget)
+	}
+	if p := percentile(ins, 50); p > inBudget+interval+time.Second {
+		t.Errorf("a backend came back after %v (p50), budget %v", p, inBudget)
+	}
+	txt := MustQuery(t, "udp", s.UDP, "n2.local."+Zone, dns.TypeTXT)
+	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), `"check=tcp up"`) {
+		t.Errorf("TXT: %v", txt.Answer)
+	}
+}
+
+// All backends down: all_down open answers them anyway and counts each
+// such answer; all_down closed answers NODATA with the SOA. The checks'
+// metrics say so.
+func TestCheckAllDown(t *testing.T) {
+	reg := Registry(t)
+	a, b := openBackend(t, "127.0.0.24"), openBackend(t, "127.0.0.25")
+	registerBackends(t, reg, a, b)
+	metricsPort, _ := pgtest.FreePort()
+	opts := []string{"allow_loopback", "check tcp", "interval 100ms", "timeout 50ms"}
+	corefile := func(extra ...string) string {
+		return fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  %s\n }\n}\n",
+			Zone, metricsPort, reg.DSN(""), strings.Join(append(opts, extra...), "\n  "))
+	}
+	s := StartCoreDNS(t, corefile())
+	Eventually(t, 10*time.Second, func() error {
+		body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		if err != nil || !strings.Contains(body, `coredns_pgcluster_check_targets{state="up",zone="pgcluster.lan."} 2`) {
+			return fmt.Errorf("both targets not up yet (%v)", err)
+		}
+		return nil
+	})
+	a.close()
+	b.close()
+	Eventually(t, 10*time.Second, func() error {
+		body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+		if err != nil || !strings.Contains(body, `coredns_pgcluster_check_targets{state="down",zone="pgcluster.lan."} 2`) {
+			return fmt.Errorf("both targets not down yet (%v)", err)
+		}
+		return nil
+	})
+	got, r, err := answer(s, "local."+Zone)
+	if err != nil || !slices.Equal(got, []string{"127.0.0.24", "127.0.0.25"}) || r.Rcode != dns.RcodeSuccess {
+		t.Fatalf("all_down open: %v %v, want both addresses", got, err)
+	}
+	answer(s, "primary.local."+Zone)
+	body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`coredns_pgcluster_fail_open_answers_total{zone="pgcluster.lan."}`,
+		`coredns_pgcluster_probes_total{check="tcp",result="refused",zone="pgcluster.lan."}`,
+		`coredns_pgcluster_probes_total{check="tcp",result="ok",zone="pgcluster.lan."}`,
+		`coredns_pgcluster_probe_duration_seconds_count{check="tcp",zone="pgcluster.lan."}`,
+		`coredns_pgcluster_split_brain_clusters{zone="pgcluster.lan."} 0`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if n := metricValue(body, `coredns_pgcluster_fail_open_answers_total{zone="pgcluster.lan."}`); n < 2 {
+		t.Errorf("fail-open answers counted: %v, want at least 2", n)
+	}
+	txt := MustQuery(t, "udp", s.UDP, "n1.local."+Zone, dns.TypeTXT)
+	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), `"reason=check_refused"`) {
+		t.Errorf("TXT: %v", txt.Answer)
+	}
+
+	if err := s.Restart(corefile("all_down closed")); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 10*time.Second, func() error {
+		got, r, err := answer(s, "local."+Zone)
+		if err != nil || len(got) != 0 || r.Rcode != dns.RcodeSuccess || len(r.Ns) != 1 || r.Ns[0].Header().Rrtype != dns.TypeSOA {
+			return fmt.Errorf("all_down closed: %v %v, want NODATA with the SOA", got, err)
+		}
+		return nil
+	})
+}
+
+// metricValue returns the value of the sample line that starts with name.
+func metricValue(body, name string) float64 {
+	for l := range strings.SplitSeq(body, "\n") {
+		if rest, ok := strings.CutPrefix(l, name+" "); ok {
+			var v float64
+			fmt.Sscan(rest, &v)
+			return v
+		}
+	}
+	return -1
+}
