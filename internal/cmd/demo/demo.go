@@ -69,18 +69,31 @@ ON CONFLICT (alias) DO UPDATE SET target = EXCLUDED.target`, a[0], a[1]); err !=
 
 // startNodes starts a real PostgreSQL server for each demo node, listening on
 // the node's own loopback address and port, so that clients (pgdiscover,
-// psql) reach them through the zone. A node whose server cannot start (its
-// port taken by a PostgreSQL listening on every address, say) stays in the
-// registry without a server, and w says so.
-func startNodes(w io.Writer) []*pgtest.Postgres {
-	var started []*pgtest.Postgres
+// psql) reach them through the zone: the first node a primary, the others
+// its streaming standbys (pg_basebackup -R), so that check postgres reads
+// real roles. A node whose server cannot start (its port taken by a
+// PostgreSQL listening on every address, say) stays in the registry without
+// a server, and w says so. The servers are returned by node name.
+func startNodes(w io.Writer) map[string]*pgtest.Postgres {
+	started := map[string]*pgtest.Postgres{}
+	var primary *pgtest.Postgres
 	for _, n := range demoNodes {
-		pg, err := pgtest.Start(pgtest.Options{Port: n.port, Settings: map[string]string{"listen_addresses": n.address}})
+		opts := pgtest.Options{Host: n.address, Port: n.port}
+		var pg *pgtest.Postgres
+		var err error
+		if primary == nil {
+			pg, err = pgtest.Start(opts)
+		} else {
+			pg, err = pgtest.StartStandby(primary, opts)
+		}
 		if err != nil {
 			fmt.Fprintf(w, "demo: node %s has no server at %s:%d: %v\n", n.name, n.address, n.port, firstLine(err))
 			continue
 		}
-		started = append(started, pg)
+		if primary == nil {
+			primary = pg
+		}
+		started[n.name] = pg
 	}
 	return started
 }
@@ -110,6 +123,9 @@ func corefile(c corefileConfig) string {
         postgres %s
         allow_loopback
         ttl 5
+        check postgres "user=postgres dbname=postgres sslmode=disable"
+        interval 1s
+        timeout 500ms
     }
 }
 `, zone, c.port, c.ready, c.metrics, c.dsn)

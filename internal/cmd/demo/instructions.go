@@ -3,7 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
 // instructions prints where the demo runs and what to try.
@@ -33,11 +37,7 @@ and follow the topology as it changes:
   bin/pgdiscover -dns 127.0.0.1:%[2]d -watch -v primary.prod.%[1]s
   psql -h "$(bin/pgdiscover -dns 127.0.0.1:%[2]d primary.prod.%[1]s | cut -d: -f1)" -U postgres -c 'SELECT inet_server_addr()'
 
-Fail over from pg1 to pg2: in one terminal watch the primary,
-  watch -n1 %[9]s+short primary.prod.%[1]s
-and in another promote pg2 (one statement, so two primaries are never seen):
-  %[5]s -c "UPDATE pgcluster_nodes SET role = CASE name WHEN 'pg2' THEN 'primary' ELSE 'standby' END WHERE cluster = 'local'"
-Take a node out of the answers, and bring it back:
+Take a node out of the answers through the registry, and bring it back:
   %[5]s -c "UPDATE pgcluster_nodes SET healthy = false WHERE cluster = 'local' AND name = 'pg3'"
   %[5]s -c "UPDATE pgcluster_nodes SET healthy = true WHERE cluster = 'local' AND name = 'pg3'"
 Look at the registry:
@@ -46,4 +46,40 @@ Look at the registry:
 Ctrl-C stops CoreDNS and PostgreSQL and removes %[10]s.
 
 `, zone, o.port, pid, conf, psql, o.metrics, o.ready, answer, dig, tmp)
+}
+
+// checkInstructions prints what to try with the health checks: stop a node's
+// server and watch it leave, fail over for real.
+func checkInstructions(w io.Writer, o options, nodes map[string]*pgtest.Postgres) {
+	pg2, pg3 := nodes["pg2"], nodes["pg3"]
+	if pg2 == nil || pg3 == nil {
+		return
+	}
+	dig := "dig @127.0.0.1 -p " + strconv.Itoa(o.port) + " "
+	fmt.Fprintf(w, `Every node is checked (check postgres): the role PostgreSQL reports decides
+primary. and standby., whatever the registry's role column says. Stop pg3's
+server and watch it leave within fall x interval + timeout (3 s here):
+  watch -n1 %[1]s+short local.%[2]s
+  %[3]s stop -m fast
+  %[1]sTXT pg3.local.%[2]s    # reason=check_refused
+  %[3]s start
+Fail over for real: stop the primary pg1, promote pg2, and watch primary.:
+  watch -n1 %[1]s+short primary.prod.%[2]s
+  %[4]s stop -m fast && %[5]s promote
+
+`, dig, zone, pgCtl(pg3), pgCtl(nodes["pg1"]), pgCtl(pg2))
+}
+
+// pgCtl is the pg_ctl command line for a node's server, as the user that
+// runs it.
+func pgCtl(pg *pgtest.Postgres) string {
+	if pg == nil {
+		return "pg_ctl"
+	}
+	bin, _ := pgtest.BinDir()
+	cmd := filepath.Join(bin, "pg_ctl") + " -D " + filepath.Join(pg.Dir, "data") + " -l " + filepath.Join(pg.Dir, "log")
+	if os.Geteuid() == 0 {
+		cmd = "runuser -u postgres -- " + cmd
+	}
+	return cmd
 }

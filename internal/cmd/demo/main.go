@@ -98,7 +98,8 @@ func run(ctx context.Context, o options) error {
 	}
 
 	fmt.Println("demo: starting a PostgreSQL server for each node")
-	for _, n := range startNodes(os.Stdout) {
+	nodes := startNodes(os.Stdout)
+	for _, n := range nodes {
 		defer n.Close()
 	}
 
@@ -134,6 +135,7 @@ func run(ctx context.Context, o options) error {
 		return fmt.Errorf("coredns did not answer prod.%s: %w", zone, err)
 	}
 	instructions(os.Stdout, o, dsn, cmd.Process.Pid, conf, summary(r), tmp)
+	checkInstructions(os.Stdout, o, nodes)
 
 	select {
 	case <-ctx.Done():
