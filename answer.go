@@ -35,8 +35,8 @@ type budget struct {
 	// failOpen is set when the answer names nodes failing their check
 	// (all_down open).
 	failOpen bool
-	udp     bool
-	zone    string
+	udp      bool
+	zone     string
 	// chained is set once a CNAME has put the owner of the records that
 	// follow, its target, into the message: they point to it.
 	chained bool
