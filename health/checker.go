@@ -16,7 +16,8 @@ const coalesce = 5 * time.Millisecond
 // probeFunc runs one probe against addr; ctx carries the Timeout.
 type probeFunc func(ctx context.Context, addr netip.AddrPort) result
 
-// Checker checks a set of targets and publishes their verdicts. Make one with New.
+// Checker checks a set of targets and publishes their verdicts. Make one with
+// New. Its methods are safe for concurrent use.
 type Checker struct {
 	cfg   Config
 	probe probeFunc
@@ -37,10 +38,18 @@ type run struct {
 	wake     chan struct{}      // capacity 1: tells the publisher to look
 }
 
-// worker is one target's goroutine.
+// worker is one target: a timer that starts each probe in a goroutine of its
+// own, which judges the result and arms the timer for the next. Between
+// probes a target holds no goroutine, only the timer and its tracker.
 type worker struct {
 	t      Target
+	ctx    context.Context // cancelled when the target goes: cuts a probe in flight short
 	cancel context.CancelFunc
+	tr     tracker // used by one probe at a time
+
+	mu      sync.Mutex
+	stopped bool
+	timer   *time.Timer
 }
 
 // New returns a Checker for cfg, with defaults applied to its zero fields.
@@ -60,7 +69,7 @@ func New(cfg Config) (*Checker, error) {
 }
 
 // SetTargets replaces the set of targets. Targets whose Key and Addr did not
-// change keep their state and goroutine; removed targets stop (a probe in
+// change keep their state and timer; removed targets stop (a probe in
 // flight is cut short and its socket closed) and leave the View; a Key whose
 // Addr changed starts over from Unknown. When Keys repeat, the last one wins.
 // It may be called before, during or after Run.
@@ -103,7 +112,7 @@ func (c *Checker) Run(ctx context.Context, publish func(View)) {
 	defer func() {
 		c.mu.Lock()
 		for _, w := range r.workers {
-			w.cancel()
+			r.stop(w)
 		}
 		c.run = nil
 		c.mu.Unlock()
@@ -118,7 +127,7 @@ func (c *Checker) sync(r *run) {
 		if t, ok := c.targets[k]; ok && t.Addr == w.t.Addr {
 			continue
 		}
-		w.cancel()
+		r.stop(w)
 		delete(r.workers, k)
 		if _, ok := r.verdicts[k]; ok {
 			delete(r.verdicts, k)
@@ -130,9 +139,12 @@ func (c *Checker) sync(r *run) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(r.ctx)
-		w := &worker{t: t, cancel: cancel}
+		w := &worker{t: t, ctx: ctx, cancel: cancel, tr: tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}}
 		r.workers[k] = w
-		r.wg.Go(func() { c.work(ctx, r, w) })
+		r.wg.Add(1) // until the worker ends: see stop and tick
+		w.mu.Lock()
+		w.timer = time.AfterFunc(rand.N(c.cfg.Interval), func() { c.tick(r, w) })
+		w.mu.Unlock()
 	}
 	if r.changed {
 		r.signal()
@@ -147,31 +159,50 @@ func (r *run) signal() {
 	}
 }
 
-// work is one target's goroutine: probe every Interval, judge, report.
-func (c *Checker) work(ctx context.Context, r *run, w *worker) {
-	tr := tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}
-	timer := time.NewTimer(rand.N(c.cfg.Interval))
-	defer timer.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		start := time.Now()
-		res := c.probeOnce(ctx, w.t.Addr)
-		if ctx.Err() != nil {
-			return // cut short by removal or shutdown: not a result
-		}
+// stop ends a worker: a probe in flight is cut short, none starts again.
+// The worker's wg count is released here when its timer was pending, else by
+// the tick that runs or is about to run.
+func (r *run) stop(w *worker) {
+	w.mu.Lock()
+	w.stopped = true
+	pending := w.timer.Stop()
+	w.mu.Unlock()
+	w.cancel()
+	if pending {
+		r.wg.Done()
+	}
+}
+
+// tick runs one probe of w, judges it, reports, and arms the timer for the
+// next probe: Interval after this one started, or at once when this one took
+// longer. Never two in flight.
+func (c *Checker) tick(r *run, w *worker) {
+	if w.isStopped() {
+		r.wg.Done()
+		return
+	}
+	start := time.Now()
+	res := c.probeOnce(w.ctx, w.t.Addr)
+	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
 		if c.cfg.Observe != nil {
 			c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
 		}
-		changed, walMoved := tr.record(res, start)
-		c.report(r, w, tr.v, changed, walMoved)
-		// The next probe starts Interval after this one started, or at once
-		// when this one took longer: never two in flight.
-		timer.Reset(time.Until(start.Add(c.cfg.Interval)))
+		changed, walMoved := w.tr.record(res, start)
+		c.report(r, w, w.tr.v, changed, walMoved)
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		r.wg.Done()
+		return
+	}
+	w.timer.Reset(time.Until(start.Add(c.cfg.Interval)))
+}
+
+func (w *worker) isStopped() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopped
 }
 
 // probeOnce runs one probe bounded by Timeout.

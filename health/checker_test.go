@@ -71,7 +71,7 @@ func TestTCPDownAfterFallUpAfterRise(t *testing.T) {
 
 // SetTargets removes, adds and readdresses targets without disturbing the others.
 func TestSetTargets(t *testing.T) {
-	c := mustNew(t, Config{Check: CheckTCP, Interval: 30 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 3, Fall: 1})
+	c := mustNew(t, Config{Check: CheckTCP, Interval: 30 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 3, Fall: 3})
 	srv, other := listen(t, "127.0.0.1:0"), listen(t, "127.0.0.1:0")
 	a, b := Target{"c/a", srv.addr}, Target{"c/b", srv.addr}
 	c.SetTargets([]Target{a, b})
@@ -94,7 +94,8 @@ func TestSetTargets(t *testing.T) {
 	}
 	rec.mu.Unlock()
 
-	// A new address for the same key starts that target over.
+	// A new address for the same key starts that target over: Unknown
+	// (absent) until Fall probes of the new address failed.
 	c.SetTargets([]Target{{"c/a", refusedAddr(t)}, {"c/c", other.addr}})
 	rec.waitVerdict("c/a", time.Second, absent)
 	rec.waitVerdict("c/a", 2*time.Second, isState(Down, CauseRefused))

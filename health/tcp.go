@@ -12,7 +12,10 @@ import (
 func tcpProbe(timeout time.Duration) probeFunc {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: -1}
 	return func(ctx context.Context, addr netip.AddrPort) result {
-		conn, err := d.DialTCP(ctx, "tcp", netip.AddrPort{}, addr)
+		// Not d.DialTCP with a zero local address: that binds to port 0 before
+		// connecting, which takes an ephemeral port per connection for all
+		// destinations and runs out of them at a few thousand targets.
+		conn, err := d.DialContext(ctx, "tcp", addr.String())
 		if err != nil {
 			return failure(netCause(err), err)
 		}
