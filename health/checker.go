@@ -87,13 +87,18 @@ func (c *Checker) SetTargets(ts []Target) {
 }
 
 // Run checks the targets until ctx is done, calling publish with a new View
-// after each verdict change (several changes within a few milliseconds make
-// one View). publish is never called concurrently and may take its time:
+// after each verdict change: a target's State, its Role while Up, its Cause
+// while Down, or its removal by SetTargets (several changes within a few
+// milliseconds make one View). With ReportWAL, a moved WAL position alone
+// publishes too, at most once per Interval. publish is never called concurrently and may take its time:
 // changes meanwhile are published together afterwards. When Run returns, all
 // the goroutines it started have ended and their sockets are closed. A Checker
 // runs one Run at a time; Run may be called again after it returned, and then
 // starts every target over from Unknown.
 func (c *Checker) Run(ctx context.Context, publish func(View)) {
+	if publish == nil {
+		publish = func(View) {}
+	}
 	r := &run{
 		ctx:      ctx,
 		workers:  map[string]*worker{},

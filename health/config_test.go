@@ -22,6 +22,7 @@ func TestNewValidates(t *testing.T) {
 		{Config{Check: CheckPostgres, Options: "user=monitor host=10.0.0.1"}, `must not set "host"`},
 		{Config{Check: CheckPostgres, Options: "hostaddr = 10.0.0.1"}, `must not set "hostaddr"`},
 		{Config{Check: CheckPostgres, Options: "dbname=postgres port='5433'"}, `must not set "port"`},
+		{Config{Check: CheckPostgres, Options: "target_session_attrs=read-write"}, `must not set "target_session_attrs"`},
 		{Config{Check: CheckPostgres, Options: "postgres://monitor@db/postgres"}, "not a URL"},
 		{Config{Check: CheckPostgres, Options: "user"}, `missing "=" after "user"`},
 		{Config{Check: CheckPostgres, Options: "password='abc"}, "no closing quote"},

@@ -19,9 +19,9 @@ type State uint8
 const (
 	// Unknown means not checked yet, or not enough results for rise or fall.
 	Unknown State = iota
-	// Up means the last Rise probes (at least) succeeded.
+	// Up means Rise consecutive probes succeeded, and fewer than Fall failed in a row since.
 	Up
-	// Down means the last Fall probes (at least) failed.
+	// Down means Fall consecutive probes failed, and fewer than Rise succeeded in a row since.
 	Down
 )
 
@@ -90,7 +90,8 @@ type Verdict struct {
 	Cause string
 	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).
 	Detail string
-	// Last is the time of the last probe.
+	// Last is the time of the last probe (before the View holding it was published: Views are
+	// published on changes, not after every probe).
 	Last time.Time
 }
 
@@ -100,8 +101,12 @@ type View map[string]Verdict
 
 // Config configures a Checker.
 type Config struct {
-	Check    string        // "tcp" or "postgres"
-	Options  string        // postgres: libpq key=value options without host/port ("user=monitor dbname=postgres sslmode=prefer")
+	Check string // "tcp" or "postgres"
+	// Options, for postgres: libpq key=value options without host/port ("user=monitor dbname=postgres
+	// sslmode=prefer"); hostaddr and target_session_attrs are refused too. The host is the target's
+	// IP address, so sslmode=verify-full needs certificates that name the IP address. Environment
+	// variables (PGUSER, PGPASSWORD, PGPASSFILE...) and the passfile apply as in libpq.
+	Options  string
 	Interval time.Duration // default 2s
 	Timeout  time.Duration // default 1s
 	Rise     int           // default 2

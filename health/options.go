@@ -9,7 +9,8 @@ import (
 )
 
 // validateOptions checks the postgres check's Options: libpq key=value
-// settings that parse, without host, hostaddr or port (the target gives those).
+// settings that parse, without host, hostaddr or port (the target gives those)
+// and without target_session_attrs (the check reads the role itself).
 func validateOptions(opts string) error {
 	if strings.HasPrefix(opts, "postgres://") || strings.HasPrefix(opts, "postgresql://") {
 		return errors.New("health: Options must be libpq key=value settings, not a URL: write them as \"user=monitor dbname=postgres\", without host and port")
@@ -22,6 +23,8 @@ func validateOptions(opts string) error {
 		switch k {
 		case "host", "hostaddr", "port":
 			return fmt.Errorf("health: Options must not set %q: each target's address and port are probed; remove %s=", k, k)
+		case "target_session_attrs":
+			return errors.New("health: Options must not set \"target_session_attrs\": the check reads each node's role itself, and would see a node of the other role as down; remove target_session_attrs=")
 		}
 	}
 	// Parse as a probe would, to report bad values (sslmode=bogus, a missing
