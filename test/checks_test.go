@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,4 +221,77 @@ func metricValue(body, name string) float64 {
 		}
 	}
 	return -1
+}
+
+// countingBackend accepts and counts connections.
+type countingBackend struct {
+	addr    string
+	accepts atomic.Int64
+}
+
+func openCounting(t *testing.T, host string) *countingBackend {
+	t.Helper()
+	l, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	b := &countingBackend{addr: l.Addr().String()}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b.accepts.Add(1)
+			c.Close()
+		}
+	}()
+	return b
+}
+
+// A Corefile reload that turns checks off, and a shutdown, stop every probe:
+// no connection reaches a backend afterwards.
+func TestCheckStopsOnReloadAndShutdown(t *testing.T) {
+	reg := Registry(t)
+	b := openCounting(t, "127.0.0.26")
+	host, port, _ := net.SplitHostPort(b.addr)
+	reg.MustExec(t, fmt.Sprintf("INSERT INTO pgcluster_nodes(cluster, name, address, port) VALUES ('local', 'n1', '%s', %s)", host, port))
+	checks := Corefile(reg.DSN(""), "allow_loopback", "check tcp", "interval 100ms", "timeout 50ms")
+	s := StartCoreDNS(t, checks)
+	quiet := func(what string) {
+		t.Helper()
+		// Probes every 100 ms: three intervals without a connection mean
+		// they stopped. Wait for one such window, with a deadline.
+		Eventually(t, 5*time.Second, func() error {
+			before := b.accepts.Load()
+			time.Sleep(300 * time.Millisecond)
+			if n := b.accepts.Load() - before; n != 0 {
+				return fmt.Errorf("%s: %d probes in 300 ms", what, n)
+			}
+			return nil
+		})
+	}
+	Eventually(t, 5*time.Second, func() error {
+		if b.accepts.Load() < 3 {
+			return fmt.Errorf("%d probes so far", b.accepts.Load())
+		}
+		return nil
+	})
+	if err := s.Restart(Corefile(reg.DSN(""), "allow_loopback")); err != nil {
+		t.Fatal(err)
+	}
+	quiet("after a reload without check")
+	if err := s.Restart(checks); err != nil {
+		t.Fatal(err)
+	}
+	start := b.accepts.Load()
+	Eventually(t, 5*time.Second, func() error {
+		if b.accepts.Load()-start < 3 {
+			return fmt.Errorf("checks not back after a reload with check")
+		}
+		return nil
+	})
+	s.Stop()
+	quiet("after shutdown")
 }
