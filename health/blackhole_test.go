@@ -111,7 +111,9 @@ func TestBlackHoleCostsOneTimeoutAndDelaysNoOne(t *testing.T) {
 	for _, s := range holeSrv {
 		ps := log.get(s.addr)
 		for i, p := range ps {
-			if p.cause != CauseTimeout || p.took < timeout || p.took > timeout+300*time.Millisecond {
+			// The probe's own deadline starts a moment before the observer
+			// reads the clock: allow a little on the short side.
+			if p.cause != CauseTimeout || p.took < timeout-20*time.Millisecond || p.took > timeout+300*time.Millisecond {
 				t.Errorf("black hole %v probe %d: %s after %v, want timeout after one Timeout (%v)", s.addr, i, p.cause, p.took, timeout)
 			}
 			if i > 0 && p.start.Before(ps[i-1].start.Add(ps[i-1].took)) {
