@@ -56,9 +56,22 @@ func StartCoreDNS(t testing.TB, corefile string) *Server {
 	s := &Server{inst: inst}
 	srv := inst.Servers()[0]
 	s.UDP, s.TCP = srv.LocalAddr().String(), srv.Addr().String()
-	t.Cleanup(s.Stop)
+	t.Cleanup(func() {
+		// Bounded: a server that does not stop fails this test instead of
+		// hanging the whole run until go test's timeout.
+		done := make(chan struct{})
+		go func() { s.Stop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(stopTimeout):
+			t.Errorf("CoreDNS did not stop within %s", stopTimeout)
+		}
+	})
 	return s
 }
+
+// stopTimeout bounds how long a test waits for its CoreDNS to stop.
+const stopTimeout = 15 * time.Second
 
 // Restart replaces the server's Corefile as the reload plugin does: the old
 // instance's shutdown callbacks run, the new one starts on the same listeners.
