@@ -1,0 +1,72 @@
+package lock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// publishScript writes a status and publishes it, fenced by the lease:
+// nothing happens unless the lease on the key still holds the caller's
+// token. It increments the key's version, stores status and version
+// together, and publishes "<version> <len(key)> <key><status>".
+//
+// KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
+// key, ARGV[4] status. Returns the new version, or -1 when the lease is not
+// the caller's.
+var publishScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+local v = redis.call('HINCRBY', KEYS[2], 'v', 1)
+redis.call('HSET', KEYS[2], 's', ARGV[4])
+redis.call('PUBLISH', ARGV[2], tostring(v) .. ' ' .. tostring(string.len(ARGV[3])) .. ' ' .. ARGV[3] .. ARGV[4])
+return v
+`)
+
+// Publish stores status for key with the next version and publishes it, in
+// one step, only while this instance holds the lease on key. ok is false,
+// and nothing is written, when the lease has lapsed or another instance
+// has taken it.
+func (l *Leases) Publish(ctx context.Context, key string, status []byte) (version int64, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	v, err := publishScript.Run(ctx, l.rdb,
+		[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
+		l.token, channel(l.prefix), key, status).Int64()
+	if err != nil {
+		return 0, false, fmt.Errorf("lock: publish status of %q: %w", key, err)
+	}
+	if v < 0 {
+		return 0, false, nil
+	}
+	return v, true, nil
+}
+
+// errMessage is returned for a published message this package cannot read.
+var errMessage = errors.New("lock: malformed status message")
+
+// parseMessage reads a message of publishScript.
+func parseMessage(payload string) (key string, version int64, status []byte, err error) {
+	vs, rest, ok := strings.Cut(payload, " ")
+	if !ok {
+		return "", 0, nil, errMessage
+	}
+	ls, rest, ok := strings.Cut(rest, " ")
+	if !ok {
+		return "", 0, nil, errMessage
+	}
+	version, err = strconv.ParseInt(vs, 10, 64)
+	if err != nil || version < 1 {
+		return "", 0, nil, errMessage
+	}
+	n, err := strconv.Atoi(ls)
+	if err != nil || n < 0 || n > len(rest) {
+		return "", 0, nil, errMessage
+	}
+	return rest[:n], version, []byte(rest[n:]), nil
+}
