@@ -12,19 +12,31 @@ import (
 
 // publishScript writes a status and publishes it, fenced by the lease:
 // nothing happens unless the lease on the key still holds the caller's
-// token. It increments the key's version, stores status and version
-// together, and publishes "<version> <len(key)> <key><status>".
+// token. It raises the key's version, stores status and version together,
+// and publishes "<version> <len(key)> <key><status>".
+//
+// The version is the larger of the stored one plus one and Redis's clock in
+// microseconds. While the status is stored it only grows; and when Redis
+// has lost it (a restart without persistence, a flush), the next version is
+// still above every one published before, so subscribers that saw those do
+// not drop the new ones as stale. Microseconds stay exact in Lua's numbers
+// (below 2^53) until the year 2255; %.0f prints them without an exponent.
 //
 // KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
 // key, ARGV[4] status. Returns the new version, or -1 when the lease is not
 // the caller's.
 var publishScript = redis.NewScript(`
+if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
 end
-local v = redis.call('HINCRBY', KEYS[2], 'v', 1)
-redis.call('HSET', KEYS[2], 's', ARGV[4])
-redis.call('PUBLISH', ARGV[2], tostring(v) .. ' ' .. tostring(string.len(ARGV[3])) .. ' ' .. ARGV[3] .. ARGV[4])
+local t = redis.call('TIME')
+local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local old = tonumber(redis.call('HGET', KEYS[2], 'v') or '0') or 0
+if old + 1 > v then v = old + 1 end
+local vs = string.format('%.0f', v)
+redis.call('HSET', KEYS[2], 'v', vs, 's', ARGV[4])
+redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
 return v
 `)
 

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -129,7 +128,13 @@ func publish(t *testing.T, l *Leases, key, status string) int64 {
 
 func waitApplied(t *testing.T, col *collector, e entry) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("%+v never applied; applied: %+v", e, col.all()), func() bool { return col.has(e) })
+	deadline := time.Now().Add(5 * time.Second)
+	for !col.has(e) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5s: %+v never applied; applied: %+v", e, col.all())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // A subscriber applies what was stored before it started (cold start), then
@@ -137,15 +142,15 @@ func waitApplied(t *testing.T, col *collector, e entry) {
 func TestSubscribeColdStartLiveAndStale(t *testing.T) {
 	s := startRedis(t)
 	l := holder(t, s, "k1")
-	publish(t, l, "k1", "up")
+	v1 := publish(t, l, "k1", "up")
 	col := subscribe(t, s, &gate{}, time.Minute)
-	waitApplied(t, col, entry{"k1", 1, "up"}) // from the first subscription's resync
+	waitApplied(t, col, entry{"k1", v1, "up"}) // from the first subscription's resync
 
-	publish(t, l, "k1", "down")
-	waitApplied(t, col, entry{"k1", 2, "down"})
+	v2 := publish(t, l, "k1", "down")
+	waitApplied(t, col, entry{"k1", v2, "down"})
 	l2 := holder(t, s, "with space {and} braces")
-	publish(t, l2, "with space {and} braces", "bin\x00ary\nstatus")
-	waitApplied(t, col, entry{"with space {and} braces", 1, "bin\x00ary\nstatus"})
+	vb := publish(t, l2, "with space {and} braces", "bin\x00ary\nstatus")
+	waitApplied(t, col, entry{"with space {and} braces", vb, "bin\x00ary\nstatus"})
 
 	// A stale version, and a message no publisher of ours writes, straight
 	// on the channel; then a fresh one. Messages arrive in order, so once
@@ -158,8 +163,8 @@ func TestSubscribeColdStartLiveAndStale(t *testing.T) {
 	if err := raw.Publish(ctx, channel("test:"), "garbage").Err(); err != nil {
 		t.Fatal(err)
 	}
-	publish(t, l, "k1", "up")
-	waitApplied(t, col, entry{"k1", 3, "up"})
+	v3 := publish(t, l, "k1", "up")
+	waitApplied(t, col, entry{"k1", v3, "up"})
 	if col.has(entry{"k1", 1, "up-again"}) {
 		t.Errorf("a stale version (1, after 2) was applied: %+v", col.all())
 	}
@@ -188,10 +193,10 @@ func TestSubscribeColdStartLiveAndStale(t *testing.T) {
 func TestSubscribeResyncAfterDisconnect(t *testing.T) {
 	s := startRedis(t)
 	l := holder(t, s, "k")
-	publish(t, l, "k", "up")
+	v1 := publish(t, l, "k", "up")
 	g := &gate{}
 	col := subscribe(t, s, g, time.Hour)
-	waitApplied(t, col, entry{"k", 1, "up"})
+	waitApplied(t, col, entry{"k", v1, "up"})
 
 	// Cut the subscriber off: no reconnect is possible until the gate opens.
 	g.closed.Store(true)
@@ -204,17 +209,17 @@ func TestSubscribeResyncAfterDisconnect(t *testing.T) {
 		n, err := admin.PubSubNumSub(ctx, channel("test:")).Result()
 		return err == nil && n[channel("test:")] == 0
 	})
-	publish(t, l, "k", "down") // lost to Pub/Sub: nobody is subscribed
-	if col.has(entry{"k", 2, "down"}) {
+	v2 := publish(t, l, "k", "down") // lost to Pub/Sub: nobody is subscribed
+	if col.has(entry{"k", v2, "down"}) {
 		t.Fatal("the status was applied while the subscriber was cut off")
 	}
 
 	g.closed.Store(false)
-	waitApplied(t, col, entry{"k", 2, "down"})
+	waitApplied(t, col, entry{"k", v2, "down"})
 
 	// And live messages flow again.
-	publish(t, l, "k", "up")
-	waitApplied(t, col, entry{"k", 3, "up"})
+	v3 := publish(t, l, "k", "up")
+	waitApplied(t, col, entry{"k", v3, "up"})
 }
 
 // Redis unreachable when the subscriber starts: it keeps trying, and
@@ -222,7 +227,7 @@ func TestSubscribeResyncAfterDisconnect(t *testing.T) {
 func TestSubscribeUnreachableAtStart(t *testing.T) {
 	s := startRedis(t)
 	l := holder(t, s, "k")
-	publish(t, l, "k", "down")
+	v := publish(t, l, "k", "down")
 	g := &gate{}
 	g.closed.Store(true)
 	col := subscribe(t, s, g, time.Hour)
@@ -231,7 +236,30 @@ func TestSubscribeUnreachableAtStart(t *testing.T) {
 		t.Fatalf("applied %+v while Redis was unreachable", got)
 	}
 	g.closed.Store(false)
-	waitApplied(t, col, entry{"k", 1, "down"})
+	waitApplied(t, col, entry{"k", v, "down"})
+}
+
+// Redis losing its data (a restart without persistence; here FLUSHALL)
+// does not make the statuses published afterwards look stale to a
+// subscriber that saw the earlier ones.
+func TestPublishAfterRedisLostData(t *testing.T) {
+	s := startRedis(t)
+	l := holder(t, s, "k")
+	v1 := publish(t, l, "k", "up")
+	col := subscribe(t, s, &gate{}, time.Hour)
+	waitApplied(t, col, entry{"k", v1, "up"})
+
+	if err := s.client(t).FlushAll(context.Background()).Err(); err != nil {
+		t.Fatalf("FLUSHALL: %v", err)
+	}
+	if ok, err := l.Acquire(context.Background(), "k", time.Minute); !ok || err != nil {
+		t.Fatalf("Acquire after FLUSHALL = %v, %v", ok, err)
+	}
+	v2 := publish(t, l, "k", "down")
+	if v2 <= v1 {
+		t.Fatalf("version after Redis lost its data = %d, not above the earlier %d", v2, v1)
+	}
+	waitApplied(t, col, entry{"k", v2, "down"})
 }
 
 // The periodic resync picks up a stored status no message announced.
