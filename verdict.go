@@ -36,6 +36,7 @@ func judge(n Node, in buildInput) *member {
 			m.addr = a
 		}
 	}
+	bad := unusable(n, m.addr)
 	switch {
 	case !n.Healthy:
 		m.out(reasonUnhealthy, "the registry marks it unhealthy")
@@ -45,8 +46,8 @@ func judge(n Node, in buildInput) *member {
 		m.out(reasonFutureHeartbeat, fmt.Sprintf("heartbeat %s in the future, more than stale_after %s: check the clock of whoever writes it", age(-n.HeartbeatAge), in.staleAfter))
 	case !m.addr.IsValid():
 		m.out(reasonNoAddress, "no address")
-	case unusable(n, m.addr) != "":
-		m.out(reasonUnusableAddress, unusable(n, m.addr))
+	case bad != "":
+		m.out(reasonUnusableAddress, bad)
 	case m.addr.IsLoopback() && !in.allowLoopback:
 		m.out(reasonLoopback, "loopback address "+m.addr.String()+" is not advertised")
 	default:
