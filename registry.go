@@ -62,10 +62,8 @@ FROM pgcluster_nodes`
 // listens and reloads in full, so a change made while it was away is not
 // missed.
 type registry struct {
-	set  *settings
-	dsn  string // set.dsn
-	zone string // set.zones[0]: the metric label
-	key  string // where the last load is kept across reloads; "" keeps nothing
+	set *settings
+	key string // where the last load is kept across reloads; "" keeps nothing
 	// apply receives every successful load.
 	// loadedAt is when the rows were read.
 	apply func(nodes []Node, aliases []Alias, loadedAt time.Time)
@@ -82,7 +80,7 @@ type registry struct {
 
 func newRegistry(set *settings, key string, apply func([]Node, []Alias, time.Time)) *registry {
 	return &registry{
-		set: set, dsn: set.dsn, zone: set.zones[0], key: key, apply: apply,
+		set: set, key: key, apply: apply,
 		wasUp:  true, // so that a first failure is logged
 		loaded: make(chan struct{}),
 		done:   make(chan struct{}),
@@ -107,7 +105,7 @@ func (r *registry) restore() bool {
 	r.apply(slices.Clone(last.nodes), slices.Clone(last.aliases), last.loadedAt)
 	r.served = true
 	log.Infof("Registry %s: serving the %d nodes and %d aliases loaded %s ago until it loads again",
-		redact(r.dsn), len(last.nodes), len(last.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
+		redact(r.set.dsn), len(last.nodes), len(last.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
 	return true
 }
 
@@ -140,7 +138,7 @@ func (r *registry) run(ctx context.Context) {
 // session is one connection's life: LISTEN, load, then wait and reload until
 // the connection fails. loadedOK is called after each successful load.
 func (r *registry) session(ctx context.Context, loadedOK func()) error {
-	cfg, err := pgx.ParseConfig(r.dsn)
+	cfg, err := pgx.ParseConfig(r.set.dsn)
 	if err != nil {
 		return err
 	}
@@ -250,7 +248,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 
 	nodes, aliases, err := readRegistry(ctx, conn)
 	if err != nil {
-		reloads.WithLabelValues(r.zone, "error").Inc()
+		reloads.WithLabelValues(r.zone(), "error").Inc()
 		return 0, err
 	}
 	loadedAt := time.Now()
@@ -268,8 +266,8 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 		lastLoads.keep(r.key, ns, as, loadedAt)
 	}
 	r.served = true
-	reloads.WithLabelValues(r.zone, "ok").Inc()
-	reloadDuration.WithLabelValues(r.zone).Observe(time.Since(start).Seconds())
+	reloads.WithLabelValues(r.zone(), "ok").Inc()
+	reloadDuration.WithLabelValues(r.zone()).Observe(time.Since(start).Seconds())
 	select {
 	case <-r.loaded:
 	default:
@@ -358,19 +356,19 @@ func (r *registry) nextReload(nodes []Node) time.Duration {
 }
 
 func (r *registry) setUp() {
-	registryUp.WithLabelValues(r.zone).Set(1)
+	registryUp.WithLabelValues(r.zone()).Set(1)
 	if !r.wasUp {
-		log.Infof("Registry %s reachable again: listening and reloaded in full", redact(r.dsn))
+		log.Infof("Registry %s reachable again: listening and reloaded in full", redact(r.set.dsn))
 	}
 	r.wasUp, r.lastErr = true, ""
 }
 
 // setDown records a failed session and logs it: once per kind of failure.
 func (r *registry) setDown(err error) {
-	registryUp.WithLabelValues(r.zone).Set(0)
-	p := diagnose(err, dsnUser(r.dsn))
+	registryUp.WithLabelValues(r.zone()).Set(0)
+	p := diagnose(err, dsnUser(r.set.dsn))
 	if r.wasUp || p.what != r.lastErr {
-		log.Warning(downMessage(redact(r.dsn), p, r.served, errText(err, r.dsn)))
+		log.Warning(downMessage(redact(r.set.dsn), p, r.served, errText(err, r.set.dsn)))
 	}
 	r.wasUp, r.lastErr = false, p.what
 }
@@ -419,3 +417,6 @@ func network(p netip.Prefix) netip.Prefix {
 	}
 	return p
 }
+
+// zone is the metric label: the block's first zone.
+func (r *registry) zone() string { return r.set.zones[0] }
