@@ -4,16 +4,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
-// loadTimestamp matches the load timestamp gauge of Zone and its value.
-var loadTimestamp = regexp.MustCompile(`(?m)^coredns_pgcluster_registry_load_timestamp_seconds\{zone="pgcluster\.lan\."\} (\S+)$`)
+// loadTimestamp is the sample of the load timestamp gauge of Zone.
+const loadTimestamp = `coredns_pgcluster_registry_load_timestamp_seconds{zone="pgcluster.lan."}`
 
 // TestMetricsSameZoneTwice serves one zone from one registry in two server
 // blocks: /metrics answers 200, with the time of the last registry load.
@@ -102,13 +100,9 @@ func scrapeLoadTime(t *testing.T, url string) float64 {
 	if code != http.StatusOK {
 		t.Fatalf("GET %s: HTTP %d: %.500s", url, code, body)
 	}
-	m := loadTimestamp.FindStringSubmatch(body)
-	if m == nil {
-		t.Fatalf("GET %s: no coredns_pgcluster_registry_load_timestamp_seconds for %s", url, Zone)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		t.Fatalf("load timestamp %q: %v", m[1], err)
+	v, ok := metricValue(body, loadTimestamp)
+	if !ok {
+		t.Fatalf("GET %s: no readable coredns_pgcluster_registry_load_timestamp_seconds for %s", url, Zone)
 	}
 	return v
 }

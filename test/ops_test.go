@@ -2,7 +2,6 @@ package test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -69,18 +68,13 @@ INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('local', 'bad_name',
 	}
 }
 
+// get GETs url and returns the body, or an error unless it answers 200.
 func get(url string) (string, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return "", err
+	code, body, err := scrape(url)
+	if err == nil && code != http.StatusOK {
+		err = fmt.Errorf("%s: HTTP %d", url, code)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return string(b), err
+	return body, err
 }
 
 // TestStaleAfter lets heartbeats age: nodes leave the answer once their
