@@ -46,6 +46,9 @@ type worker struct {
 	ctx    context.Context // cancelled when the target goes: cuts a probe in flight short
 	cancel context.CancelFunc
 	tr     tracker // used by one probe at a time
+	// probing: the last tick probed (with Shared, a skipped tick clears it).
+	// Used by one probe at a time, like tr.
+	probing bool
 
 	mu      sync.Mutex
 	stopped bool
@@ -187,13 +190,18 @@ func (c *Checker) tick(r *run, w *worker) {
 		return
 	}
 	start := time.Now()
-	res := c.probeOnce(w.ctx, w.t.Addr)
-	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
-		if c.cfg.Observe != nil {
-			c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
+	if c.claim(w) {
+		res := c.probeOnce(w.ctx, w.t.Addr)
+		if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
+			if c.cfg.Observe != nil {
+				c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
+			}
+			changed, walMoved := w.tr.record(res, start)
+			if c.cfg.Shared != nil {
+				c.cfg.Shared.Record(w.t, w.tr.progress())
+			}
+			c.report(r, w, w.tr.v, changed, walMoved)
 		}
-		changed, walMoved := w.tr.record(res, start)
-		c.report(r, w, w.tr.v, changed, walMoved)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -202,6 +210,45 @@ func (c *Checker) tick(r *run, w *worker) {
 		return
 	}
 	w.timer.Reset(time.Until(start.Add(c.cfg.Interval)))
+}
+
+// claim reports whether this tick probes w: always without Shared; with it,
+// when Shared says so, continuing from its seed when w was not probing.
+func (c *Checker) claim(w *worker) bool {
+	if c.cfg.Shared == nil {
+		return true
+	}
+	probe, seed := c.cfg.Shared.Claim(w.t)
+	if !probe {
+		w.probing = false
+		return false
+	}
+	if !w.probing && !seed.isZero() {
+		w.tr.load(seed)
+	}
+	w.probing = true
+	return true
+}
+
+// ProbeNow probes the target key at once, unless a probe of it is in flight
+// or it is not a target of a running Run: with Shared, a checker that has
+// just been given a target calls it so that the target is not left unprobed
+// until its next tick.
+func (c *Checker) ProbeNow(key string) {
+	c.mu.Lock()
+	var w *worker
+	if c.run != nil {
+		w = c.run.workers[key]
+	}
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopped && w.timer.Stop() {
+		w.timer.Reset(0)
+	}
 }
 
 func (w *worker) isStopped() bool {

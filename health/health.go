@@ -117,6 +117,28 @@ type Config struct {
 	// Observe, if set, is called after every probe (for metrics): check type, result cause, duration.
 	// It is called from the targets' goroutines, concurrently: it must be safe for concurrent use.
 	Observe func(check, cause string, d time.Duration)
+	// Shared, if set, shares the checking of the targets with other checkers (a fleet): it says
+	// before each probe whether this checker probes the target, and hears every result.
+	Shared Shared
+}
+
+// Progress is a target's verdict with the rise/fall counters that led to it, so that
+// another checker can continue them where this one stopped.
+type Progress struct {
+	Verdict  Verdict
+	OK, Fail int // consecutive successes, failures; each at most Rise, Fall
+}
+
+// Shared shares the checking of targets between checkers: each target is probed by one
+// of them, which continues the rise/fall counters of the last one. Its methods are called
+// from the targets' goroutines, concurrently.
+type Shared interface {
+	// Claim is asked before each probe of t. probe false skips the probe: another checker
+	// probes t. When this checker starts probing t (the first probe, or the first after
+	// skipped ones), its counters continue from seed; a zero seed keeps its own.
+	Claim(t Target) (probe bool, seed Progress)
+	// Record hears the progress of t after each probe this checker ran.
+	Record(t Target, p Progress)
 }
 
 // validate applies the defaults and checks every field; errors name the field.

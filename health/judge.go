@@ -32,7 +32,9 @@ func bound(s string) string {
 }
 
 // tracker applies rise and fall to one target's probe results. It belongs to
-// the target's goroutine.
+// the target's goroutine. Its counters stop at rise and fall: only reaching
+// them matters, and bounded counters make a Progress that changes only when
+// the judgement can.
 type tracker struct {
 	rise, fall int
 	v          Verdict
@@ -45,7 +47,7 @@ type tracker struct {
 func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 	t.v.Last = at
 	if r.cause == CauseOK {
-		t.ok++
+		t.ok = min(t.ok+1, t.rise)
 		t.fail = 0
 		if r.wal != t.v.WAL {
 			t.v.WAL = r.wal
@@ -61,7 +63,7 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 		}
 		return changed, walMoved
 	}
-	t.fail++
+	t.fail = min(t.fail+1, t.fall)
 	t.ok = 0
 	switch {
 	case t.v.State != Down && t.fail >= t.fall:
@@ -73,3 +75,17 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 	}
 	return changed, false
 }
+
+// progress returns the tracker's verdict and counters.
+func (t *tracker) progress() Progress { return Progress{Verdict: t.v, OK: t.ok, Fail: t.fail} }
+
+// load continues from p (another checker's progress), its counters bounded
+// by this tracker's rise and fall.
+func (t *tracker) load(p Progress) {
+	t.v = p.Verdict
+	t.ok = min(max(p.OK, 0), t.rise)
+	t.fail = min(max(p.Fail, 0), t.fall)
+}
+
+// isZero reports whether p carries nothing to continue from.
+func (p Progress) isZero() bool { return p.Verdict.State == Unknown && p.OK == 0 && p.Fail == 0 }
