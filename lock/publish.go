@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// publishScript writes a status and publishes it, fenced by the lease:
-// nothing happens unless the lease on the key still holds the caller's
-// token. It raises the key's version, stores status and version together,
-// and publishes "<version> <len(key)> <key><status>".
+// writeScript writes a status, fenced by the lease: nothing happens unless
+// the lease on the key still holds the caller's token. It raises the key's
+// version, stores status and version together, extends the lease and the
+// status's own expiry when asked, and publishes "<version> <len(key)>
+// <key><status>" when asked.
 //
 // The version is the larger of the stored one plus one and Redis's clock in
 // microseconds. While the status is stored it only grows; and when Redis
@@ -23,9 +25,10 @@ import (
 // (below 2^53) until the year 2255; %.0f prints them without an exponent.
 //
 // KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
-// key, ARGV[4] status. Returns the new version, or -1 when the lease is not
-// the caller's.
-var publishScript = redis.NewScript(`
+// key, ARGV[4] status, ARGV[5] lease TTL in ms (0: leave it), ARGV[6] "1"
+// to publish, ARGV[7] the status's TTL in ms (0: none). Returns the new
+// version, or -1 when the lease is not the caller's.
+var writeScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return -1
@@ -36,7 +39,11 @@ local old = tonumber(redis.call('HGET', KEYS[2], 'v') or '0') or 0
 if old + 1 > v then v = old + 1 end
 local vs = string.format('%.0f', v)
 redis.call('HSET', KEYS[2], 'v', vs, 's', ARGV[4])
-redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
+if ARGV[7] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+if ARGV[6] == '1' then
+  redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
+end
 return v
 `)
 
@@ -45,13 +52,30 @@ return v
 // and nothing is written, when the lease has lapsed or another instance
 // has taken it.
 func (l *Leases) Publish(ctx context.Context, key string, status []byte) (version int64, ok bool, err error) {
+	return l.Write(ctx, key, status, WriteOptions{Publish: true})
+}
+
+// WriteOptions say what Write does besides storing the status.
+type WriteOptions struct {
+	Publish   bool          // publish the status to subscribers
+	LeaseTTL  time.Duration // > 0: extend the lease to this from now
+	StatusTTL time.Duration // > 0: the stored status expires this long after its last write
+}
+
+// Write stores status for key with the next version, fenced by the lease
+// as Publish is, and does what o asks in the same step.
+func (l *Leases) Write(ctx context.Context, key string, status []byte, o WriteOptions) (version int64, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	v, err := publishScript.Run(ctx, l.rdb,
+	pub := "0"
+	if o.Publish {
+		pub = "1"
+	}
+	v, err := writeScript.Run(ctx, l.rdb,
 		[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
-		l.token, channel(l.prefix), key, status).Int64()
+		l.token, channel(l.prefix), key, status, o.LeaseTTL.Milliseconds(), pub, o.StatusTTL.Milliseconds()).Int64()
 	if err != nil {
-		return 0, false, fmt.Errorf("lock: publish status of %q: %w", key, err)
+		return 0, false, fmt.Errorf("lock: write status of %q: %w", key, err)
 	}
 	if v < 0 {
 		return 0, false, nil

@@ -25,7 +25,19 @@ type Subscriber struct {
 	// OnError, when set, is told of each failed resync and unreadable
 	// message; the subscriber carries on regardless.
 	OnError func(error)
+	// Live, when set, receives the newer statuses that arrive as published
+	// messages, instead of Subscribe's apply (which still receives those
+	// of resyncs): a receiver that tells the two apart, to time how long a
+	// status took to arrive for instance.
+	Live func(key string, version int64, status []byte)
+	// OnStale, when set, is told of each published message dropped because
+	// its version is not above the key's last one.
+	OnStale func(key string)
+	// OnResync, when set, is told of each resync, with how many statuses
+	// it read and its error (nil when complete).
+	OnResync func(n int, err error)
 
+	now  chan struct{}    // capacity 1: Resync asks for a resync
 	last map[string]int64 // highest version applied per key; Subscribe's goroutine only
 }
 
@@ -38,7 +50,15 @@ func NewSubscriber(rdb redis.UniversalClient, prefix string, resync time.Duratio
 	if resync <= 0 {
 		return nil, fmt.Errorf("lock: resync interval %v is not positive; give how often every status is re-read", resync)
 	}
-	return &Subscriber{rdb: rdb, prefix: prefix, resync: resync, last: map[string]int64{}}, nil
+	return &Subscriber{rdb: rdb, prefix: prefix, resync: resync, now: make(chan struct{}, 1), last: map[string]int64{}}, nil
+}
+
+// Resync asks the running Subscribe for a resync soon, without waiting.
+func (s *Subscriber) Resync() {
+	select {
+	case s.now <- struct{}{}:
+	default:
+	}
 }
 
 // Subscribe applies statuses until ctx is done, then returns ctx's error.
@@ -63,6 +83,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 			return ctx.Err()
 		case <-tick.C:
 			s.resyncAll(ctx, apply)
+		case <-s.now:
+			s.resyncAll(ctx, apply)
 		case m, ok := <-msgs:
 			if !ok {
 				return fmt.Errorf("lock: subscription to %q closed", channel(s.prefix))
@@ -80,7 +102,17 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 					s.fail(err)
 					continue
 				}
-				s.offer(key, v, status, apply)
+				if v <= s.last[key] {
+					if s.OnStale != nil {
+						s.OnStale(key)
+					}
+					continue
+				}
+				if s.Live != nil {
+					s.offer(key, v, status, s.Live)
+				} else {
+					s.offer(key, v, status, apply)
+				}
 			}
 		}
 	}
@@ -101,17 +133,35 @@ func (s *Subscriber) fail(err error) {
 	}
 }
 
-// resyncAll reads every stored status and offers it. On Redis Cluster it
-// scans every master.
+// Stored is a status as stored in Redis.
+type Stored struct {
+	Key     string
+	Version int64
+	Status  []byte
+}
+
+// resyncAll reads every stored status and offers it. What was read is
+// offered even when the read did not complete: versions keep it safe.
 func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []byte)) {
-	type stored struct {
-		key    string
-		v      int64
-		status []byte
+	all, err := s.ReadAll(ctx)
+	if err != nil {
+		s.fail(err)
 	}
+	if s.OnResync != nil {
+		s.OnResync(len(all), err)
+	}
+	for _, st := range all {
+		s.offer(st.Key, st.Version, st.Status, apply)
+	}
+}
+
+// ReadAll reads every status stored under the prefix, each Redis call
+// bounded by CallTimeout; on Redis Cluster it scans every master. On error
+// it returns what it read before it.
+func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 	var (
 		mu  sync.Mutex // ForEachMaster reads the masters concurrently
-		all []stored
+		all []Stored
 	)
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
@@ -153,7 +203,7 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 						continue
 					}
 					mu.Lock()
-					all = append(all, stored{key, v, []byte(st)})
+					all = append(all, Stored{key, v, []byte(st)})
 					mu.Unlock()
 				}
 			}
@@ -171,10 +221,7 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 		err = read(ctx, s.rdb)
 	}
 	if err != nil {
-		// What was read is still applied: versions keep it safe.
-		s.fail(fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err))
+		return all, fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
 	}
-	for _, st := range all {
-		s.offer(st.key, st.v, st.status, apply)
-	}
+	return all, nil
 }

@@ -1,0 +1,607 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+)
+
+// Modes of a Coordinator.
+const (
+	// ModeCoordinated: Redis answers; each target is probed by the instance
+	// holding its lease, and every instance applies the holder's verdicts.
+	ModeCoordinated = "coordinated"
+	// ModeLocal: Redis does not answer; this instance probes every target.
+	ModeLocal = "local"
+)
+
+// Defaults of a Coordinator's Config.
+const (
+	DefaultResync = 10 * time.Second
+	// statusTTL is how long a status no holder writes any more stays
+	// stored: long enough to outlive any outage the fleet rides out, short
+	// enough that the statuses of removed nodes do not pile up.
+	statusTTL = time.Hour
+)
+
+// Config configures a Coordinator.
+type Config struct {
+	// Prefix starts every key name; no "{" or "}" (the hash tag of Redis
+	// Cluster).
+	Prefix string
+	// Interval and Timeout are the health checks': a lease lasts a few
+	// intervals, and leases and membership are looked after every half
+	// interval.
+	Interval, Timeout time.Duration
+	// LeaseTTL is how long a lease lasts without a probe to renew it; 0 is
+	// 3 intervals plus the timeout, at least a second.
+	LeaseTTL time.Duration
+	// Resync is how often every stored status is read again; 0 is 10 s.
+	Resync time.Duration
+	// Secret, when set, signs every status written and rejects every one
+	// read without its valid signature.
+	Secret []byte
+	// WAL: a moved WAL position is news to publish (lag is judged).
+	WAL bool
+	// Logf, when set, hears each change of mode and each failure worth a line.
+	Logf func(format string, args ...any)
+	// Observer, when set, hears what the metrics count.
+	Observer Observer
+}
+
+// Observer hears what a Coordinator does. Its methods are called from
+// several goroutines and must not block.
+type Observer interface {
+	Mode(mode string)              // the mode now
+	Leases(held int)               // how many leases this instance holds
+	Message(result string)         // a status read: "applied", "stale" or "rejected"
+	Resync(err error)              // a resync of every status ended
+	Propagation(d time.Duration)   // from a holder's write to its status applied here
+	Write(ok bool, published bool) // a status write of ours: fenced in (ok) or out, published or only stored
+}
+
+// Coordinator shares the health checks of a set of targets between the
+// instances of a fleet through Redis. It is the checker's health.Shared (it
+// says which targets this instance probes and hears their results), and
+// makes the View every instance answers from: its own verdicts for the
+// targets it probes, the holders' for the others.
+//
+// Each target has a lease; the instance whose token it holds probes it and
+// writes its verdict, with the rise/fall counters, fenced by the lease and
+// published in the same step. Leases go to instances by rendezvous hashing
+// over the live members, so that they spread and move only when members
+// come or go. A target whose holder is not a live member (or whose status
+// predates this instance's return after an outage) is probed here too until
+// a holder's status arrives. While Redis does not answer, every target is
+// probed here (ModeLocal); when it answers again, statuses are read again
+// and leases taken again.
+type Coordinator struct {
+	cfg       Config
+	leases    *Leases
+	sub       *Subscriber
+	ttl       time.Duration // of a lease
+	memberTTL time.Duration
+	cycle     time.Duration // how often leases and membership are looked after
+
+	probeNow func(key string)
+
+	mu        sync.Mutex
+	mode      string
+	targets   map[string]netip.AddrPort
+	held      map[string]bool
+	remote    map[string]remoteStatus
+	own       map[string]health.Progress
+	published map[string]health.Progress // what we last published per key
+	writtenBy map[string]bool            // we have written this key's status since taking its lease
+	members   map[string]bool            // live members' tokens
+	offset    time.Duration              // Redis's clock minus ours, at the last heartbeat
+	joinedAt  int64                      // Redis µs when we came back after an outage: statuses before are not trusted
+	resyncAt  time.Time                  // a resync is due (after a return)
+	wake      chan struct{}
+}
+
+// remoteStatus is the latest status applied for a key.
+type remoteStatus struct {
+	version int64
+	status
+}
+
+// NewCoordinator returns a Coordinator of a new instance on rdb.
+func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error) {
+	if cfg.Interval <= 0 || cfg.Timeout <= 0 {
+		return nil, fmt.Errorf("lock: the checks' interval %v and timeout %v must be positive", cfg.Interval, cfg.Timeout)
+	}
+	l, err := NewLeases(rdb, cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = DefaultResync
+	}
+	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
+	if err != nil {
+		return nil, err
+	}
+	ttl := cfg.LeaseTTL
+	if ttl == 0 {
+		ttl = max(3*cfg.Interval+cfg.Timeout, time.Second)
+	}
+	if ttl < 2*cfg.Interval {
+		return nil, fmt.Errorf("lock: lease TTL %v is under two check intervals (%v): a live holder would lose its lease between probes", ttl, 2*cfg.Interval)
+	}
+	cycle := cfg.Interval / 2
+	c := &Coordinator{
+		cfg: cfg, leases: l, sub: sub, ttl: ttl, cycle: cycle,
+		// A member lapses a cycle before its leases can, so that the others
+		// start probing its targets no later than its leases end.
+		memberTTL: ttl - cycle,
+		probeNow:  func(string) {},
+		targets:   map[string]netip.AddrPort{},
+		held:      map[string]bool{},
+		remote:    map[string]remoteStatus{},
+		own:       map[string]health.Progress{},
+		published: map[string]health.Progress{},
+		writtenBy: map[string]bool{},
+		members:   map[string]bool{},
+		wake:      make(chan struct{}, 1),
+	}
+	sub.OnError = func(err error) { c.logf("%v", err) }
+	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
+	sub.OnResync = func(_ int, err error) { c.observe(func(o Observer) { o.Resync(err) }) }
+	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
+	return c, nil
+}
+
+// Token is this instance's token in Redis (its leases' value, its member name).
+func (c *Coordinator) Token() string { return c.leases.Token() }
+
+// LeaseTTL is how long a lease lasts without a probe to renew it.
+func (c *Coordinator) LeaseTTL() time.Duration { return c.ttl }
+
+// SetProbeNow gives the function that probes a target at once (the
+// checker's ProbeNow), called when this instance takes a target over.
+func (c *Coordinator) SetProbeNow(f func(key string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probeNow = f
+}
+
+// SetTargets replaces the set of targets, as the checker's SetTargets.
+func (c *Coordinator) SetTargets(ts []health.Target) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.targets = make(map[string]netip.AddrPort, len(ts))
+	for _, t := range ts {
+		c.targets[t.Key] = t.Addr
+	}
+	c.signal()
+}
+
+// Mode returns ModeCoordinated or ModeLocal ("" before Run's first heartbeat).
+func (c *Coordinator) Mode() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mode
+}
+
+// Held returns the keys whose leases this instance holds, sorted.
+func (c *Coordinator) Held() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.held))
+}
+
+// Claim implements health.Shared: this instance probes t in local mode,
+// while it holds t's lease, and while no live holder's status covers t.
+func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.probes(t.Key, t.Addr) {
+		return false, health.Progress{}
+	}
+	if r, ok := c.remote[t.Key]; ok && r.Addr == t.Addr {
+		return true, r.progress()
+	}
+	return true, health.Progress{}
+}
+
+// probes reports whether this instance probes key at addr. c.mu is held.
+func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
+	return c.mode == ModeLocal || c.held[key] || !c.covered(key, addr)
+}
+
+// covered reports whether a live holder's status covers key at addr: a
+// status for that address, by a live member, not older than this
+// instance's return, and written recently enough. A holder rewrites its
+// status at every probe but publishes it only when it changes, so what
+// this instance knows of it is at most a resync old: older than a resync,
+// a lease and an interval, nobody writes it any more. c.mu is held.
+func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
+	r, ok := c.remote[key]
+	if !ok || r.Addr != addr || !c.members[r.Holder] || r.version < c.joinedAt {
+		return false
+	}
+	oldest := time.Now().Add(c.offset - c.cfg.Resync - c.ttl - c.cfg.Interval).UnixMicro()
+	return r.version >= oldest
+}
+
+// Record implements health.Shared: the verdict counts here at once; while
+// this instance holds the lease, it is written to Redis too, fenced,
+// renewing the lease, and published when it differs from the last one
+// published.
+func (c *Coordinator) Record(t health.Target, p health.Progress) {
+	c.mu.Lock()
+	prev, had := c.own[t.Key]
+	c.own[t.Key] = p
+	if !had || !sameVerdict(prev, p, c.cfg.WAL, false) {
+		c.signal()
+	}
+	write := c.mode == ModeCoordinated && c.held[t.Key]
+	last, pubd := c.published[t.Key]
+	publish := !c.writtenBy[t.Key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
+	c.mu.Unlock()
+	if !write {
+		return
+	}
+	now := time.Now()
+	st := newStatus(t.Addr, c.Token(), now, p)
+	v, ok, err := c.leases.Write(context.Background(), t.Key, encode(t.Key, st, c.cfg.Secret),
+		WriteOptions{Publish: publish, LeaseTTL: c.ttl, StatusTTL: statusTTL})
+	c.observe(func(o Observer) { o.Write(ok, publish && ok) })
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case err != nil:
+		c.goLocal(err)
+	case !ok:
+		// Another instance holds the lease now (we were too slow, or
+		// frozen): its status counts, not ours.
+		if c.held[t.Key] {
+			delete(c.held, t.Key)
+			c.logf("lease of %s lost to another instance", t.Key)
+			c.observeLeases()
+		}
+	default:
+		c.writtenBy[t.Key] = true
+		if publish {
+			c.published[t.Key] = p
+		}
+		if r := c.remote[t.Key]; v > r.version {
+			c.remote[t.Key] = remoteStatus{version: v, status: st}
+		}
+	}
+}
+
+// applyRemote applies a status read from Redis, live (published) or from a
+// resync. Older versions, replays and statuses that fail their signature
+// are dropped.
+func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
+	st, err := decode(key, b, c.cfg.Secret)
+	if err != nil {
+		c.observe(func(o Observer) { o.Message("rejected") })
+		c.logf("status of %q dropped: %v", key, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, had := c.remote[key]
+	if had && v == r.version && st.Holder == r.Holder {
+		return // our own write, or a resync of what we have
+	}
+	if had && (v <= r.version || (st.Holder == r.Holder && st.At < r.At)) {
+		if live {
+			c.observe(func(o Observer) { o.Message("stale") })
+		}
+		return
+	}
+	c.remote[key] = remoteStatus{version: v, status: st}
+	if live {
+		c.observe(func(o Observer) { o.Message("applied") })
+		if st.Holder != c.Token() {
+			d := time.Since(time.UnixMicro(st.At))
+			c.observe(func(o Observer) { o.Propagation(max(d, 0)) })
+		}
+	}
+	if !had || !sameVerdict(r.progress(), st.progress(), c.cfg.WAL, false) || r.Holder != st.Holder || r.Addr != st.Addr {
+		c.signal()
+	}
+}
+
+// signal tells Run's view loop to make a new View. c.mu is held.
+func (c *Coordinator) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// view makes the View: this instance's own verdicts for the targets it
+// probes, the holders' for the others. Before any target is known, every
+// stored status counts (a cold start answers from them at once).
+func (c *Coordinator) view() health.View {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := health.View{}
+	if len(c.targets) == 0 {
+		for k, r := range c.remote {
+			if p := r.progress(); p.Verdict.State != health.Unknown {
+				v[k] = p.Verdict
+			}
+		}
+		return v
+	}
+	for k, addr := range c.targets {
+		var p health.Progress
+		r, ok := c.remote[k]
+		ok = ok && r.Addr == addr
+		if c.probes(k, addr) {
+			if own, mine := c.own[k]; mine {
+				p = own
+			} else if ok {
+				p = r.progress()
+			}
+		} else if ok {
+			p = r.progress()
+		}
+		if p.Verdict.State != health.Unknown {
+			v[k] = p.Verdict
+		}
+	}
+	return v
+}
+
+// Run coordinates until ctx is done, calling apply with each new View. It
+// first reads the fleet's statuses (a cold start answers from them): apply
+// is called once before Run's first wait, whether Redis answered or not,
+// so that an instance never answers before it knows what the fleet knows.
+// When Run returns, this instance's leases are released and its membership
+// ended (when Redis answers), so that others take over at once.
+func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
+	c.tend(ctx)
+	if c.Mode() == ModeCoordinated {
+		all, err := c.sub.ReadAll(ctx)
+		for _, s := range all {
+			c.applyRemote(s.Key, s.Version, s.Status, false)
+		}
+		c.observe(func(o Observer) { o.Resync(err) })
+		if err != nil {
+			c.logf("%v", err)
+		}
+	}
+	apply(c.view())
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Subscribe returns only when ctx is done (or go-redis closed the
+		// subscription, which it does not while the client is open).
+		for ctx.Err() == nil {
+			if err := c.sub.Subscribe(ctx, func(k string, v int64, b []byte) { c.applyRemote(k, v, b, false) }); err != nil && ctx.Err() == nil {
+				c.logf("%v", err)
+			}
+		}
+	})
+	wg.Go(func() {
+		t := time.NewTicker(c.cycle)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.tend(ctx)
+			}
+		}
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			c.leave()
+			return
+		case <-c.wake:
+			apply(c.view())
+		}
+	}
+}
+
+// tend is one round of looking after membership and leases: heartbeat
+// (whose failure means local mode, and whose success after it a return),
+// then take the leases that are ours by rendezvous and release the others.
+func (c *Coordinator) tend(ctx context.Context) {
+	members, now, err := c.leases.Heartbeat(ctx, c.memberTTL)
+	c.mu.Lock()
+	if err != nil {
+		if ctx.Err() == nil {
+			c.goLocal(err)
+		}
+		c.mu.Unlock()
+		return
+	}
+	var kick []string
+	if c.mode != ModeCoordinated {
+		c.mode = ModeCoordinated
+		if c.joinedAt != 0 || len(c.own) > 0 {
+			// A return: statuses stored before it may predate the
+			// outage. Trust them only once rewritten, which a resync
+			// after every holder has probed once will show.
+			c.joinedAt = now.UnixMicro()
+			c.resyncAt = time.Now().Add(c.cfg.Interval + c.cfg.Timeout + c.cycle)
+			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
+		} else {
+			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
+		}
+		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
+	}
+	before := c.members
+	c.members = make(map[string]bool, len(members))
+	for _, m := range members {
+		c.members[m] = true
+	}
+	c.offset = time.Until(now)
+	// Targets whose holder just left: probe them now, not at their next tick.
+	for k, addr := range c.targets {
+		if r, ok := c.remote[k]; ok && before[r.Holder] && !c.members[r.Holder] && r.Addr == addr {
+			kick = append(kick, k)
+		}
+	}
+	var take, release []string
+	me := c.Token()
+	for k := range c.targets {
+		mine := owner(members, k) == me
+		switch {
+		case mine && !c.held[k]:
+			take = append(take, k)
+		case !mine && c.held[k]:
+			release = append(release, k)
+		}
+	}
+	for k := range c.held {
+		if _, ok := c.targets[k]; !ok {
+			release = append(release, k)
+		}
+	}
+	resync := !c.resyncAt.IsZero() && !time.Now().Before(c.resyncAt)
+	if resync {
+		c.resyncAt = time.Time{}
+	}
+	probeNow := c.probeNow
+	c.mu.Unlock()
+
+	if resync {
+		c.sub.Resync()
+	}
+	if err := c.leases.ReleaseAll(ctx, release); err != nil {
+		c.lost(ctx, err)
+		return
+	}
+	taken, err := c.leases.TakeAll(ctx, take, c.ttl)
+	if err != nil {
+		c.lost(ctx, err)
+		return
+	}
+	c.mu.Lock()
+	for _, k := range release {
+		delete(c.held, k)
+	}
+	for _, k := range taken {
+		c.held[k] = true
+		c.writtenBy[k] = false
+		kick = append(kick, k)
+	}
+	if len(release) > 0 || len(taken) > 0 {
+		c.observeLeases()
+		c.signal()
+	}
+	c.mu.Unlock()
+	for _, k := range kick {
+		probeNow(k)
+	}
+}
+
+// lost handles a Redis call of tend that failed.
+func (c *Coordinator) lost(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.goLocal(err)
+}
+
+// goLocal switches to local mode: every target is probed here from now on,
+// continuing from the last statuses known. c.mu is held.
+func (c *Coordinator) goLocal(err error) {
+	if c.mode == ModeLocal {
+		return
+	}
+	c.mode = ModeLocal
+	c.logf("Redis does not answer (%v): checking every backend locally until it does", err)
+	c.observe(func(o Observer) { o.Mode(ModeLocal) })
+	clear(c.held)
+	c.observeLeases()
+	c.signal()
+	probeNow := c.probeNow
+	keys := slices.Collect(maps.Keys(c.targets))
+	go func() {
+		for _, k := range keys {
+			probeNow(k)
+		}
+	}()
+}
+
+// leave releases this instance's leases and ends its membership, so that
+// the others take over at once instead of after the leases lapse.
+func (c *Coordinator) leave() {
+	c.mu.Lock()
+	held := slices.Collect(maps.Keys(c.held))
+	coordinated := c.mode == ModeCoordinated
+	clear(c.held)
+	c.mu.Unlock()
+	if !coordinated {
+		return
+	}
+	ctx := context.Background()
+	if err := c.leases.ReleaseAll(ctx, held); err != nil {
+		c.logf("%v", err)
+	}
+	if err := c.leases.Leave(ctx); err != nil {
+		c.logf("%v", err)
+	}
+}
+
+// owner is the member that should hold key's lease: the highest score of
+// rendezvous hashing, so that keys spread evenly and a member's coming or
+// going moves only its share.
+func owner(members []string, key string) string {
+	var best string
+	var top uint64
+	for _, m := range members {
+		h := fnv.New64a()
+		h.Write([]byte(m))
+		h.Write([]byte{0})
+		h.Write([]byte(key))
+		s := mix(h.Sum64())
+		if best == "" || s > top {
+			best, top = m, s
+		}
+	}
+	return best
+}
+
+// mix spreads FNV's output over all 64 bits (SplitMix64's finaliser).
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+func (c *Coordinator) logf(format string, args ...any) {
+	if c.cfg.Logf != nil {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+func (c *Coordinator) observe(f func(Observer)) {
+	if c.cfg.Observer != nil {
+		f(c.cfg.Observer)
+	}
+}
+
+// observeLeases reports how many leases are held. c.mu is held.
+func (c *Coordinator) observeLeases() {
+	n := len(c.held)
+	c.observe(func(o Observer) { o.Leases(n) })
+}
+
+var _ health.Shared = (*Coordinator)(nil)
