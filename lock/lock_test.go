@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
-func newLeases(t *testing.T, s *redisServer) *Leases {
+func newLeases(t *testing.T, s *redistest.Server) *Leases {
 	t.Helper()
-	l, err := NewLeases(s.client(t), "test:")
+	l, err := NewLeases(s.Client(t), "test:")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -21,7 +23,7 @@ func newLeases(t *testing.T, s *redisServer) *Leases {
 }
 
 func TestLeaseAcquireRenewRelease(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	a, b := newLeases(t, s), newLeases(t, s)
 	if a.Token() == b.Token() {
 		t.Fatalf("two instances drew the same token %q", a.Token())
@@ -65,7 +67,7 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 	must("b.Acquire(k1) after a released it", true, ok, err)
 
 	// The stored lease carries b's token and the TTL asked for.
-	c := s.client(t)
+	c := s.Client(t)
 	if got := c.Get(ctx, leaseKey("test:", "k1")).Val(); got != b.Token() {
 		t.Errorf("lease k1 holds %q, want b's token %q", got, b.Token())
 	}
@@ -75,7 +77,7 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 }
 
 func TestLeaseBadTTL(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	a := newLeases(t, s)
 	if _, err := a.Acquire(context.Background(), "k", 0); err == nil {
 		t.Error("Acquire with TTL 0 succeeded, want an error")
@@ -89,7 +91,7 @@ func TestLeaseBadTTL(t *testing.T) {
 // instance takes it, and the old holder can neither renew, release nor
 // publish.
 func TestLeaseExpiryTakeoverFencing(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	a, b := newLeases(t, s), newLeases(t, s)
 	ctx := context.Background()
 
@@ -130,7 +132,7 @@ func TestLeaseExpiryTakeoverFencing(t *testing.T) {
 	if ok, err := a.Release(ctx, "k"); err != nil || ok {
 		t.Errorf("stale a.Release = %v, %v; want false, nil", ok, err)
 	}
-	c := s.client(t)
+	c := s.Client(t)
 	got, err := c.HGetAll(ctx, statusKey("test:", "k")).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -145,13 +147,13 @@ func TestLeaseExpiryTakeoverFencing(t *testing.T) {
 
 // Without any lease, Publish writes nothing.
 func TestPublishWithoutLease(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	a := newLeases(t, s)
 	ctx := context.Background()
 	if v, ok, err := a.Publish(ctx, "k", []byte("up")); err != nil || ok || v != 0 {
 		t.Errorf("Publish without lease = %d, %v, %v; want 0, false, nil", v, ok, err)
 	}
-	if n := s.client(t).Exists(ctx, statusKey("test:", "k")).Val(); n != 0 {
+	if n := s.Client(t).Exists(ctx, statusKey("test:", "k")).Val(); n != 0 {
 		t.Errorf("a status was stored without a lease")
 	}
 }

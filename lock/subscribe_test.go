@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
 // entry is one call of apply.
@@ -80,9 +82,9 @@ func (g *gate) dial(ctx context.Context, network, addr string) (net.Conn, error)
 
 // subscribe runs a subscriber under prefix "test:" until the test ends, on
 // a client of its own dialing through g.
-func subscribe(t *testing.T, s *redisServer, g *gate, resync time.Duration) *collector {
+func subscribe(t *testing.T, s *redistest.Server, g *gate, resync time.Duration) *collector {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, Dialer: g.dial})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, Dialer: g.dial})
 	t.Cleanup(func() { _ = c.Close() })
 	sub, err := NewSubscriber(c, "test:", resync)
 	if err != nil {
@@ -108,7 +110,7 @@ func subscribe(t *testing.T, s *redisServer, g *gate, resync time.Duration) *col
 }
 
 // holder returns leases holding key, for publishing.
-func holder(t *testing.T, s *redisServer, key string) *Leases {
+func holder(t *testing.T, s *redistest.Server, key string) *Leases {
 	t.Helper()
 	l := newLeases(t, s)
 	if ok, err := l.Acquire(context.Background(), key, time.Minute); !ok || err != nil {
@@ -140,7 +142,7 @@ func waitApplied(t *testing.T, col *collector, e entry) {
 // A subscriber applies what was stored before it started (cold start), then
 // every published status; stale and malformed messages are dropped.
 func TestSubscribeColdStartLiveAndStale(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	l := holder(t, s, "k1")
 	v1 := publish(t, l, "k1", "up")
 	col := subscribe(t, s, &gate{}, time.Minute)
@@ -155,7 +157,7 @@ func TestSubscribeColdStartLiveAndStale(t *testing.T) {
 	// A stale version, and a message no publisher of ours writes, straight
 	// on the channel; then a fresh one. Messages arrive in order, so once
 	// the fresh one is applied the others have been handled.
-	raw := s.client(t)
+	raw := s.Client(t)
 	ctx := context.Background()
 	if err := raw.Publish(ctx, channel("test:"), "1 2 k1up-again").Err(); err != nil {
 		t.Fatal(err)
@@ -191,7 +193,7 @@ func TestSubscribeColdStartLiveAndStale(t *testing.T) {
 // it reconnects, through the resync on resubscription (the timer is an
 // hour away).
 func TestSubscribeResyncAfterDisconnect(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	l := holder(t, s, "k")
 	v1 := publish(t, l, "k", "up")
 	g := &gate{}
@@ -200,7 +202,7 @@ func TestSubscribeResyncAfterDisconnect(t *testing.T) {
 
 	// Cut the subscriber off: no reconnect is possible until the gate opens.
 	g.closed.Store(true)
-	admin := s.client(t)
+	admin := s.Client(t)
 	ctx := context.Background()
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
@@ -225,7 +227,7 @@ func TestSubscribeResyncAfterDisconnect(t *testing.T) {
 // Redis unreachable when the subscriber starts: it keeps trying, and
 // applies every stored status once Redis can be reached.
 func TestSubscribeUnreachableAtStart(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	l := holder(t, s, "k")
 	v := publish(t, l, "k", "down")
 	g := &gate{}
@@ -243,13 +245,13 @@ func TestSubscribeUnreachableAtStart(t *testing.T) {
 // does not make the statuses published afterwards look stale to a
 // subscriber that saw the earlier ones.
 func TestPublishAfterRedisLostData(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	l := holder(t, s, "k")
 	v1 := publish(t, l, "k", "up")
 	col := subscribe(t, s, &gate{}, time.Hour)
 	waitApplied(t, col, entry{"k", v1, "up"})
 
-	if err := s.client(t).FlushAll(context.Background()).Err(); err != nil {
+	if err := s.Client(t).FlushAll(context.Background()).Err(); err != nil {
 		t.Fatalf("FLUSHALL: %v", err)
 	}
 	if ok, err := l.Acquire(context.Background(), "k", time.Minute); !ok || err != nil {
@@ -264,10 +266,10 @@ func TestPublishAfterRedisLostData(t *testing.T) {
 
 // The periodic resync picks up a stored status no message announced.
 func TestSubscribePeriodicResync(t *testing.T) {
-	s := startRedis(t)
+	s := redistest.Start(t)
 	col := subscribe(t, s, &gate{}, 100*time.Millisecond)
 	ctx := context.Background()
-	if err := s.client(t).HSet(ctx, statusKey("test:", "quiet"), "v", 7, "s", "up").Err(); err != nil {
+	if err := s.Client(t).HSet(ctx, statusKey("test:", "quiet"), "v", 7, "s", "up").Err(); err != nil {
 		t.Fatal(err)
 	}
 	waitApplied(t, col, entry{"quiet", 7, "up"})
