@@ -5,18 +5,72 @@ import (
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/lock"
 )
 
 // startChecks starts the active health checks of cfg, feeding pb: the
 // publisher hands it the nodes to check after each build, the checker hands
-// back its verdicts. It returns a channel closed when the checker has
-// stopped, after ctx is done, with every probe's socket closed.
+// back its verdicts. With redis, a lock.Coordinator shares the checks with
+// the fleet: it tells the checker which nodes to probe, and its View (this
+// instance's verdicts and the holders') is the one pb answers from. It
+// returns a channel closed when the checks have stopped, after ctx is done,
+// with every probe's socket closed and, with redis, the leases released.
 func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan struct{}, error) {
 	zone := cfg.zones[0]
-	c, err := health.New(cfg.healthConfig(func(check, cause string, d time.Duration) {
+	hc := cfg.healthConfig(func(check, cause string, d time.Duration) {
 		probes.WithLabelValues(zone, check, cause).Inc()
 		probeDuration.WithLabelValues(zone, check).Observe(d.Seconds())
-	}))
+	})
+	var coord *lock.Coordinator
+	if cfg.redisURL != "" {
+		rdb, err := newRedisClient(cfg.redisURL)
+		if err != nil {
+			return nil, err
+		}
+		coord, err = lock.NewCoordinator(rdb, lock.Config{
+			Prefix:   cfg.redisPrefix,
+			Interval: cfg.interval,
+			Timeout:  cfg.timeout,
+			Secret:   cfg.redisSecret,
+			WAL:      cfg.maxLag > 0,
+			Logf:     func(format string, args ...any) { log.Infof("Redis: "+format, args...) },
+			Observer: fleetObserver{zone},
+		})
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		hc.Shared = coord
+		pb.waitView = true // answer only once the fleet's statuses are read
+		c, err := health.New(hc)
+		if err != nil {
+			rdb.Close()
+			return nil, err
+		}
+		coord.SetProbeNow(c.ProbeNow)
+		pb.targets = func(ts []health.Target) {
+			coord.SetTargets(ts)
+			c.SetTargets(ts)
+		}
+		done := make(chan struct{})
+		checker, coordinator := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(checker)
+			c.Run(ctx, nil)
+		}()
+		go func() {
+			defer close(coordinator)
+			coord.Run(ctx, pb.setView)
+		}()
+		go func() {
+			<-checker
+			<-coordinator
+			rdb.Close()
+			close(done)
+		}()
+		return done, nil
+	}
+	c, err := health.New(hc)
 	if err != nil {
 		return nil, err
 	}
@@ -38,4 +92,44 @@ func reportView(zone string, v health.View) {
 	for _, st := range []health.State{health.Up, health.Down, health.Unknown} {
 		targetsGauge.WithLabelValues(zone, st.String()).Set(float64(counts[st]))
 	}
+}
+
+// fleetObserver turns what the coordinator does into metrics.
+type fleetObserver struct{ zone string }
+
+func (o fleetObserver) Mode(mode string) {
+	for _, m := range []string{lock.ModeCoordinated, lock.ModeLocal} {
+		v := 0.0
+		if m == mode {
+			v = 1
+		}
+		redisMode.WithLabelValues(o.zone, m).Set(v)
+	}
+}
+
+func (o fleetObserver) Leases(held int) { redisLeases.WithLabelValues(o.zone).Set(float64(held)) }
+
+func (o fleetObserver) Message(result string) { redisMessages.WithLabelValues(o.zone, result).Inc() }
+
+func (o fleetObserver) Resync(err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	redisResyncs.WithLabelValues(o.zone, result).Inc()
+}
+
+func (o fleetObserver) Propagation(d time.Duration) {
+	redisPropagation.WithLabelValues(o.zone).Observe(d.Seconds())
+}
+
+func (o fleetObserver) Write(ok, published bool) {
+	result := "fenced"
+	switch {
+	case published:
+		result = "published"
+	case ok:
+		result = "stored"
+	}
+	redisWrites.WithLabelValues(o.zone, result).Inc()
 }

@@ -103,3 +103,49 @@ var (
 		Help:      "The timestamp of the last successful load of the registry.",
 	}, []string{"zone"})
 )
+
+// The fleet's coordination through Redis (redis option).
+var (
+	redisMode = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_mode",
+		Help:      "1 for the mode this instance is in: coordinated (Redis answers, one prober per node) or local (Redis does not answer, every node probed here).",
+	}, []string{"zone", "mode"})
+
+	redisLeases = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_leases",
+		Help:      "Leases this instance holds: the nodes it probes for the fleet.",
+	}, []string{"zone"})
+
+	redisMessages = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_messages_total",
+		Help:      "Counter of statuses read from Redis, by result: applied, stale (an older version than one applied), rejected (unreadable, unsigned or wrongly signed).",
+	}, []string{"zone", "result"})
+
+	redisWrites = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_writes_total",
+		Help:      "Counter of this instance's status writes, by result: published (changed, sent to the fleet), stored (unchanged, lease renewed), fenced (refused: the lease is another instance's).",
+	}, []string{"zone", "result"})
+
+	redisResyncs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_resyncs_total",
+		Help:      "Counter of reads of every stored status, by result (ok or error).",
+	}, []string{"zone", "result"})
+
+	redisPropagation = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_propagation_seconds",
+		Help:      "Histogram of the time from a holder's status write to its application here (clocks of both instances).",
+		Buckets:   prometheus.ExponentialBuckets(0.0001, 2, 16),
+	}, []string{"zone"})
+)

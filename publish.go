@@ -21,6 +21,9 @@ type publisher struct {
 	// targets receives the nodes to check after each build that changed
 	// them; nil without checks.
 	targets func([]health.Target)
+	// waitView holds the first snapshot back until the first setView: with
+	// a fleet, an instance answers only once it knows the fleet's verdicts.
+	waitView bool
 
 	mu       sync.Mutex // one build at a time; guards what follows
 	rows     bool       // rows were loaded (or restored)
@@ -51,6 +54,7 @@ func (pb *publisher) setView(v health.View) {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	pb.view = v
+	pb.waitView = false
 	reportView(pb.set.zones[0], v)
 	if pb.rows {
 		pb.publish()
@@ -64,6 +68,9 @@ func (pb *publisher) publish() {
 	prev := pb.p.snap.Load()
 	if pb.targets != nil && (prev == nil || !slices.Equal(prev.targets, s.targets)) {
 		pb.targets(s.targets)
+	}
+	if pb.waitView {
+		return
 	}
 	serial := uint32(s.loadedAt.Unix())
 	if prev != nil {
