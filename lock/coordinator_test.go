@@ -1,0 +1,221 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// backend is a TCP listener that counts the connections (probes) it accepts.
+type backend struct {
+	ln       net.Listener
+	addr     netip.AddrPort
+	accepted atomic.Int64
+}
+
+func newBackend(t *testing.T) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{ln: ln, addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	go b.serve()
+	t.Cleanup(func() { b.ln.Close() })
+	return b
+}
+
+func (b *backend) serve() {
+	for {
+		c, err := b.ln.Accept()
+		if err != nil {
+			return
+		}
+		b.accepted.Add(1)
+		c.Close()
+	}
+}
+
+// instance is one member of a test fleet: a checker and its coordinator.
+type instance struct {
+	coord  *Coordinator
+	check  *health.Checker
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu   sync.Mutex
+	view health.View
+}
+
+const (
+	fleetInterval = 100 * time.Millisecond
+	fleetTimeout  = 50 * time.Millisecond
+)
+
+// startInstance starts a fleet member on rdb checking targets, until the
+// test ends or stop is called.
+func startInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Target) *instance {
+	t.Helper()
+	coord, err := NewCoordinator(rdb, Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout,
+		Resync: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check, err := health.New(health.Config{Check: health.CheckTCP, Interval: fleetInterval, Timeout: fleetTimeout,
+		Rise: 1, Fall: 1, Shared: coord})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord.SetProbeNow(check.ProbeNow)
+	coord.SetTargets(targets)
+	check.SetTargets(targets)
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{coord: coord, check: check, cancel: cancel, done: make(chan struct{})}
+	var wg sync.WaitGroup
+	wg.Go(func() { check.Run(ctx, nil) })
+	wg.Go(func() {
+		coord.Run(ctx, func(v health.View) {
+			in.mu.Lock()
+			in.view = v
+			in.mu.Unlock()
+		})
+	})
+	go func() { wg.Wait(); close(in.done) }()
+	t.Cleanup(in.stop)
+	return in
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	<-in.done
+}
+
+func (in *instance) state(key string) health.State {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.view[key].State
+}
+
+func newClient(t *testing.T, s *redistest.Server) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func allState(ins []*instance, targets []health.Target, want health.State) func() bool {
+	return func() bool {
+		for _, in := range ins {
+			for _, tg := range targets {
+				if in.state(tg.Key) != want {
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
+func totalHeld(ins []*instance) (total, most int) {
+	for _, in := range ins {
+		n := len(in.coord.Held())
+		total += n
+		most = max(most, n)
+	}
+	return total, most
+}
+
+// Three instances on one Redis share the checks of twelve backends: every
+// lease is held by exactly one of them, not all by one; each backend is
+// probed about once per interval, not three times; a backend that goes
+// down is down in every instance's view; an instance that stops hands its
+// leases over; with Redis stopped every instance checks every backend
+// itself, and when Redis is back they coordinate again.
+func TestCoordinatorFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	var backends []*backend
+	var targets []health.Target
+	for i := range 12 {
+		b := newBackend(t)
+		backends = append(backends, b)
+		targets = append(targets, health.Target{Key: fmt.Sprintf("c/n%d", i), Addr: b.addr})
+	}
+	var ins []*instance
+	for range 3 {
+		ins = append(ins, startInstance(t, newClient(t, srv), targets))
+	}
+	eventually(t, 10*time.Second, "every instance sees every backend up", allState(ins, targets, health.Up))
+	eventually(t, 10*time.Second, "every lease held once, spread over the instances", func() bool {
+		total, most := totalHeld(ins)
+		return total == len(targets) && most < len(targets)
+	})
+	for _, in := range ins {
+		if m := in.coord.Mode(); m != ModeCoordinated {
+			t.Fatalf("mode %q, want coordinated", m)
+		}
+	}
+
+	// Deduplication: over a window, each backend is probed about once per
+	// interval (three probers would make three times as many).
+	for _, b := range backends {
+		b.accepted.Store(0)
+	}
+	const window = 2 * time.Second
+	time.Sleep(window) // a measurement window, not a synchronisation
+	single := float64(window / fleetInterval)
+	for i, b := range backends {
+		n := float64(b.accepted.Load())
+		if n < 0.5*single || n > 1.6*single {
+			t.Errorf("backend %d probed %v times in %v, want about %v (one prober)", i, n, window, single)
+		}
+	}
+
+	// A backend goes down: every instance's view says so.
+	backends[0].ln.Close()
+	eventually(t, 5*time.Second, "every instance sees the closed backend down", allState(ins, targets[:1], health.Down))
+
+	// An instance stops: the others hold every lease between them.
+	ins[2].stop()
+	eventually(t, 5*time.Second, "the two left hold every lease", func() bool {
+		total, _ := totalHeld(ins[:2])
+		return total == len(targets)
+	})
+
+	// Redis stops: both go local and check everything themselves.
+	srv.Stop()
+	eventually(t, 5*time.Second, "local mode without Redis", func() bool {
+		return ins[0].coord.Mode() == ModeLocal && ins[1].coord.Mode() == ModeLocal
+	})
+	for _, b := range backends[1:] {
+		b.accepted.Store(0)
+	}
+	eventually(t, 5*time.Second, "every backend probed by both instances", func() bool {
+		for _, b := range backends[1:] {
+			if b.accepted.Load() < 4 {
+				return false
+			}
+		}
+		return true
+	})
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "coordinated again, every lease held once", func() bool {
+		total, _ := totalHeld(ins[:2])
+		return ins[0].coord.Mode() == ModeCoordinated && ins[1].coord.Mode() == ModeCoordinated && total == len(targets)
+	})
+	if !allState(ins[:2], targets[:1], health.Down)() || !allState(ins[:2], targets[1:], health.Up)() {
+		t.Errorf("views after Redis came back do not match the backends")
+	}
+}
