@@ -32,6 +32,12 @@ type settings struct {
 	rise, fall   int
 	maxLag       int64 // bytes; 0 is off
 	allDown      string
+
+	// Redis, shared by a fleet: off while redisURL is "" (each instance
+	// checks every node itself).
+	redisURL    string // as given; parseRedisURL validated it
+	redisPrefix string // of every key name; set whenever redisURL is
+	redisSecret []byte // HMAC key of statuses; nil: statuses are unsigned
 }
 
 // Check types, and what to answer when every node of a name fails its check.

@@ -103,6 +103,7 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen}
 	p := &PgCluster{}
 	i := 0
+	given := map[string]int{} // option → its line
 	for c.Next() {
 		if i > 0 {
 			return nil, nil, plugin.ErrOnce
@@ -118,13 +119,12 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 		if err := zonesOverlap(cfg.zones); err != nil {
 			return nil, nil, c.Err(err.Error())
 		}
-		given := map[string]bool{}
 		for c.NextBlock() {
 			opt := c.Val()
-			if given[opt] && opt != "self" {
+			if given[opt] > 0 && opt != "self" {
 				return nil, nil, c.Errf("%s: given twice; keep one %s line", opt, opt)
 			}
-			given[opt] = true
+			given[opt] = c.Line()
 			if err := parseOption(c, cfg, p); err != nil {
 				return nil, nil, err
 			}
@@ -135,6 +135,9 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	}
 	if err := checkOptionsAgree(cfg); err != nil {
 		return nil, nil, c.Err(err.Error())
+	}
+	if err := redisOptionsAgree(c, cfg, given); err != nil {
+		return nil, nil, err
 	}
 	p.Zones = cfg.zones
 	p.ttl = cfg.ttl
@@ -184,6 +187,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseSelf(c, cfg, args)
 	case "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down":
 		return parseCheckOption(c, cfg, opt, args)
+	case "redis", "redis_prefix", "redis_secret":
+		return parseRedisOption(c, cfg, opt, args)
 	case "fallthrough":
 		for _, z := range args {
 			if why := badDomain(z); why != "" {

@@ -1,0 +1,253 @@
+package pgcluster
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// redisTimeout bounds each dial, read and write to Redis unless the URL sets
+// its own, so that a dead or frozen Redis costs at most that per network
+// step; callers bound a whole call with their context.
+const redisTimeout = 500 * time.Millisecond
+
+// redisForms is what a redis URL may look like, for error messages.
+const redisForms = "write redis://[user:password@]host[:port][/db] (rediss:// for TLS), " +
+	"redis-sentinel://host:port?master_name=NAME[&addr=host:port] or redis-cluster://host:port[?addr=host:port]"
+
+// redisScheme is what a redis URL scheme means: the client to build, and the
+// scheme go-redis's parser for that client takes.
+type redisScheme struct {
+	kind redisKind
+	base string // "redis", or "rediss" for TLS
+}
+
+type redisKind int
+
+const (
+	redisSingle redisKind = iota
+	redisSentinel
+	redisCluster
+)
+
+var redisSchemes = map[string]redisScheme{
+	"redis":           {redisSingle, "redis"},
+	"rediss":          {redisSingle, "rediss"},
+	"redis-sentinel":  {redisSentinel, "redis"},
+	"rediss-sentinel": {redisSentinel, "rediss"},
+	"redis-cluster":   {redisCluster, "redis"},
+	"rediss-cluster":  {redisCluster, "rediss"},
+}
+
+// redisConfig is a redis URL parsed into the options of one of go-redis's
+// clients: exactly one field is set.
+type redisConfig struct {
+	single   *redis.Options
+	failover *redis.FailoverOptions
+	cluster  *redis.ClusterOptions
+}
+
+// newRedisClient builds the client a redis URL names: redis:// and rediss://
+// a single server, redis-sentinel:// and rediss-sentinel:// the master that
+// Sentinel names, redis-cluster:// and rediss-cluster:// a Redis Cluster. It
+// connects lazily, on the first command. Every client honours its callers'
+// context deadlines (ContextTimeoutEnabled) and bounds each dial, read and
+// write by redisTimeout unless the URL sets its own.
+func newRedisClient(rawURL string) (redis.UniversalClient, error) {
+	rc, err := parseRedisURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case rc.failover != nil:
+		return redis.NewFailoverClient(rc.failover), nil
+	case rc.cluster != nil:
+		return redis.NewClusterClient(rc.cluster), nil
+	default:
+		return redis.NewClient(rc.single), nil
+	}
+}
+
+// parseRedisURL parses a redis URL into client options, with the timeouts
+// and context handling every Redis client of pgcluster has. It connects to
+// nothing. Its errors never contain the URL's passwords.
+func parseRedisURL(raw string) (redisConfig, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return redisConfig{}, errors.New(badURLWhy(raw) + "; " + redisForms)
+	}
+	s, ok := redisSchemes[u.Scheme]
+	switch {
+	case !ok && strings.HasPrefix(raw[len(u.Scheme):], "://"):
+		return redisConfig{}, fmt.Errorf("scheme %q is not redis, rediss, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster; %s", u.Scheme, redisForms)
+	case !ok:
+		return redisConfig{}, errors.New("it is not a URL; " + redisForms)
+	case u.Hostname() == "":
+		return redisConfig{}, errors.New("no host; " + redisForms)
+	case u.Fragment != "" || strings.HasSuffix(raw, "#"):
+		return redisConfig{}, errors.New("it has a #fragment, which means nothing to Redis (percent-encode a # in a password as %23)")
+	}
+	if _, err := url.ParseQuery(u.RawQuery); err != nil {
+		return redisConfig{}, errors.New("the query string is not valid: percent-encode % as %25 and & as %26 in its values")
+	}
+	// The scheme's length is the same whatever its case in raw.
+	swapped := s.base + raw[len(u.Scheme):]
+	var rc redisConfig
+	switch s.kind {
+	case redisSingle:
+		rc.single, err = redis.ParseURL(swapped)
+	case redisSentinel:
+		rc.failover, err = parseSentinelURL(swapped)
+	case redisCluster:
+		rc.cluster, err = parseClusterURL(u.Path, swapped)
+	}
+	if err == nil {
+		err = rc.checkAddrs()
+	}
+	if err == nil {
+		err = rc.setDefaults()
+	}
+	if err != nil {
+		return redisConfig{}, errors.New(scrub(strings.TrimPrefix(err.Error(), "redis: "), u))
+	}
+	return rc, nil
+}
+
+// checkAddrs refuses a server address whose port is not a port number:
+// go-redis checks only that there is one.
+func (rc redisConfig) checkAddrs() error {
+	var addrs []string
+	switch {
+	case rc.single != nil:
+		addrs = []string{rc.single.Addr}
+	case rc.failover != nil:
+		addrs = rc.failover.SentinelAddrs
+	case rc.cluster != nil:
+		addrs = rc.cluster.Addrs
+	}
+	for _, a := range addrs {
+		_, port, err := net.SplitHostPort(a)
+		if n, perr := strconv.ParseUint(port, 10, 16); err != nil || perr != nil || n == 0 {
+			return fmt.Errorf("address %s: the port is not a number from 1 to 65535", a)
+		}
+	}
+	return nil
+}
+
+// parseSentinelURL parses a Sentinel URL, its scheme already redis or
+// rediss. The userinfo is the sentinels' credentials, ?username= and
+// ?password= the master's.
+func parseSentinelURL(raw string) (*redis.FailoverOptions, error) {
+	o, err := redis.ParseFailoverURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if o.MasterName == "" {
+		return nil, errors.New("no master_name: give ?master_name=NAME, the name the sentinels monitor")
+	}
+	if o.ReplicaOnly || o.RouteByLatency || o.RouteRandomly {
+		return nil, errors.New("replica_only, route_by_latency and route_randomly send commands to replicas, whose leases and statuses lag the master's; leave them out")
+	}
+	return o, nil
+}
+
+// parseClusterURL parses a Redis Cluster URL, its scheme already redis or
+// rediss, and path its path, which go-redis ignores.
+func parseClusterURL(path, raw string) (*redis.ClusterOptions, error) {
+	if p := strings.Trim(path, "/"); p != "" && p != "0" {
+		return nil, fmt.Errorf("path %q: Redis Cluster has database 0 only", path)
+	}
+	o, err := redis.ParseClusterURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	if o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+		return nil, errors.New("read_only, route_by_latency and route_randomly send commands to replicas, whose leases and statuses lag the masters'; leave them out")
+	}
+	if o.TLSConfig != nil {
+		o.TLSConfig.MinVersion = tls.VersionTLS12 // as go-redis sets for the other clients
+	}
+	return o, nil
+}
+
+// setDefaults turns on context deadlines (lock/ refuses a client without
+// them) and bounds each dial, read and write by redisTimeout unless the URL
+// set its own. A URL may not turn a timeout off.
+func (rc redisConfig) setDefaults() error {
+	var ctxTimeout *bool
+	var timeouts [3]*time.Duration
+	switch {
+	case rc.single != nil:
+		o := rc.single
+		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+	case rc.failover != nil:
+		o := rc.failover
+		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+	case rc.cluster != nil:
+		o := rc.cluster
+		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+	}
+	*ctxTimeout = true
+	for i, name := range []string{"dial_timeout", "read_timeout", "write_timeout"} {
+		switch d := timeouts[i]; {
+		case *d == 0:
+			*d = redisTimeout
+		case *d < 0:
+			return fmt.Errorf("%s: 0 or less turns the timeout off, and a frozen Redis would then hold every call; give a positive duration such as 500ms", name)
+		}
+	}
+	return nil
+}
+
+// badURLWhy says why url.Parse refused raw, without repeating the user or
+// password: it parses raw again with everything up to the last @ after the
+// scheme replaced.
+func badURLWhy(raw string) string {
+	redacted := raw
+	if i := strings.Index(raw, "://"); i >= 0 {
+		if at := strings.LastIndex(raw[i:], "@"); at >= 0 {
+			redacted = raw[:i+3] + "user" + raw[i+at:]
+		}
+	}
+	_, err := url.Parse(redacted)
+	var ue *url.Error
+	switch {
+	case err == nil:
+		return "the user or password is not valid in a URL: percent-encode its reserved characters (% as %25, @ as %40, : as %3A, / as %2F, ? as %3F, # as %23)"
+	case errors.As(err, &ue):
+		// Its quotes hold part of the URL: a port cut from a password
+		// by a # that began a Corefile comment, for example.
+		return "it is not a URL: " + quoted.ReplaceAllString(ue.Err.Error(), "")
+	default:
+		return "it is not a URL"
+	}
+}
+
+var quoted = regexp.MustCompile(` ?"[^"]*"`)
+
+// scrub replaces the passwords of u, as written and decoded, in msg.
+func scrub(msg string, u *url.URL) string {
+	var secrets []string
+	if u.User != nil {
+		if p, ok := u.User.Password(); ok {
+			secrets = append(secrets, p, url.QueryEscape(p), url.PathEscape(p))
+		}
+	}
+	for _, p := range u.Query()["password"] {
+		secrets = append(secrets, p, url.QueryEscape(p))
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, "xxxxx")
+		}
+	}
+	return msg
+}
