@@ -1,0 +1,378 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// fleetBackend is a TCP listener standing for a node of a fleet test, on an
+// address of its own (so that answers tell the nodes apart), that records
+// when each probe reached it.
+type fleetBackend struct {
+	host, port string
+
+	mu     sync.Mutex
+	l      net.Listener
+	probes []time.Time
+}
+
+func openFleetBackend(t testing.TB, host string) *fleetBackend {
+	t.Helper()
+	b := &fleetBackend{host: host}
+	b.listen(t, host+":0")
+	_, b.port, _ = net.SplitHostPort(b.l.Addr().String())
+	t.Cleanup(b.close)
+	return b
+}
+
+func (b *fleetBackend) listen(t testing.TB, addr string) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen on %s: %v", addr, err)
+	}
+	b.mu.Lock()
+	b.l = l
+	b.mu.Unlock()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.probes = append(b.probes, time.Now())
+			b.mu.Unlock()
+			c.Close()
+		}
+	}()
+}
+
+// close refuses connections from now on; open accepts again.
+func (b *fleetBackend) close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.l != nil {
+		b.l.Close()
+		b.l = nil
+	}
+}
+
+func (b *fleetBackend) open(t testing.TB) { b.listen(t, net.JoinHostPort(b.host, b.port)) }
+
+// probesIn returns the times of the probes that reached b in [from, to).
+func (b *fleetBackend) probesIn(from, to time.Time) []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []time.Time
+	for _, p := range b.probes {
+		if !p.Before(from) && p.Before(to) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// fleetOptions are a fleet test's check options.
+type fleetOptions struct {
+	interval, timeout time.Duration
+	backends          int
+	redisURL          string
+	extra             []string // more pgcluster options
+}
+
+// fleet is a registry of backends and the Corefile of instances sharing
+// their checks through Redis.
+type fleet struct {
+	reg      *pgtest.Postgres
+	backends []*fleetBackend
+	opts     fleetOptions
+}
+
+// newFleet registers opts.backends backends at 127.0.0.31… in cluster
+// "local".
+func newFleet(t testing.TB, opts fleetOptions) *fleet {
+	t.Helper()
+	f := &fleet{reg: Registry(t), opts: opts}
+	var rows []string
+	for i := range opts.backends {
+		b := openFleetBackend(t, fmt.Sprintf("127.0.0.%d", 31+i))
+		f.backends = append(f.backends, b)
+		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %s, 'standby')", i, b.host, b.port))
+	}
+	f.reg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
+	return f
+}
+
+func (f *fleet) corefile(redisURL string) string {
+	opts := append([]string{
+		"postgres " + f.reg.DSN(""),
+		"allow_loopback",
+		"check tcp",
+		"interval " + f.opts.interval.String(),
+		"timeout " + f.opts.timeout.String(),
+		"rise 1",
+		"fall 1",
+		"redis " + redisURL,
+	}, f.opts.extra...)
+	return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  %s\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, strings.Join(opts, "\n  "))
+}
+
+func (f *fleet) hosts(except ...int) []string {
+	var out []string
+	for i, b := range f.backends {
+		if !slices.Contains(except, i) {
+			out = append(out, b.host)
+		}
+	}
+	return out
+}
+
+// answers returns the addresses an instance answers for local.<zone>.
+func answers(in *Instance) ([]string, error) {
+	m, err := Exchange("udp", in.Addr(), "local."+Zone, dns.TypeA)
+	if err != nil {
+		return nil, err
+	}
+	if m.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("local.%s from %s: %s", Zone, in.Addr(), dns.RcodeToString[m.Rcode])
+	}
+	return Addrs(m), nil
+}
+
+// answersExactly checks that every instance answers exactly hosts.
+func answersExactly(ins []*Instance, hosts []string) func() error {
+	want := slices.Sorted(slices.Values(hosts))
+	return func() error {
+		for _, in := range ins {
+			got, err := answers(in)
+			if err != nil {
+				return err
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("%s answers %v, want %v", in.Addr(), got, want)
+			}
+		}
+		return nil
+	}
+}
+
+// metric reads one sample of an instance's metrics ("name{labels}").
+func metric(t testing.TB, in *Instance, name string) float64 {
+	t.Helper()
+	body, err := get(in.MetricsURL())
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", in.Addr(), err)
+	}
+	v, _ := metricValue(body, name)
+	return v
+}
+
+func fleetMetric(name string) string { return name + `{zone="` + Zone + `"}` }
+
+var (
+	modeCoordinated = `coredns_pgcluster_redis_mode{mode="coordinated",zone="` + Zone + `"}`
+	modeLocal       = `coredns_pgcluster_redis_mode{mode="local",zone="` + Zone + `"}`
+	leasesMetric    = fleetMetric("coredns_pgcluster_redis_leases")
+	fencedMetric    = `coredns_pgcluster_redis_writes_total{result="fenced",zone="` + Zone + `"}`
+)
+
+// coordinated checks that every instance is coordinated and that the
+// leases they hold add up to n.
+func coordinated(t testing.TB, ins []*Instance, n int) func() error {
+	return func() error {
+		total := 0.0
+		for _, in := range ins {
+			if metric(t, in, modeCoordinated) != 1 {
+				return fmt.Errorf("%s is not coordinated", in.Addr())
+			}
+			total += metric(t, in, leasesMetric)
+		}
+		if int(total) != n {
+			return fmt.Errorf("%v leases held, want %d", total, n)
+		}
+		return nil
+	}
+}
+
+// dropSpread closes backend i and returns, for each instance, when it
+// stopped answering it (polled every millisecond).
+func (f *fleet) dropTimes(t testing.TB, ins []*Instance, i int, down bool) []time.Time {
+	t.Helper()
+	host := f.backends[i].host
+	times := make([]time.Time, len(ins))
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(15 * time.Second)
+	for k, in := range ins {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				got, err := answers(in)
+				if err == nil && slices.Contains(got, host) != down {
+					times[k] = time.Now()
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	// The watchers are polling before the change.
+	time.Sleep(5 * time.Millisecond)
+	if down {
+		f.backends[i].close()
+	} else {
+		f.backends[i].open(t)
+	}
+	wg.Wait()
+	for k, tm := range times {
+		if tm.IsZero() {
+			t.Fatalf("instance %d did not see backend %d go %s within 15s", k, i, map[bool]string{true: "down", false: "up"}[down])
+		}
+	}
+	return times
+}
+
+// neverAnswers polls an instance from its start until it has answered for
+// two seconds, failing if any answer holds host; it returns how many
+// answers it checked.
+func neverAnswers(t testing.TB, in *Instance, host string) int {
+	t.Helper()
+	deadline := time.Now().Add(fleetReadyTimeout)
+	var first time.Time
+	n := 0
+	for time.Now().Before(deadline) && (first.IsZero() || time.Since(first) < 2*time.Second) {
+		got, err := answers(in)
+		if err != nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if first.IsZero() {
+			first = time.Now()
+		}
+		n++
+		if slices.Contains(got, host) {
+			t.Fatalf("answer %d of an instance started while %s is down holds it: %v", n, host, got)
+		}
+	}
+	return n
+}
+
+func spread(times []time.Time) time.Duration {
+	lo, hi := times[0], times[0]
+	for _, tm := range times {
+		if tm.Before(lo) {
+			lo = tm
+		}
+		if tm.After(hi) {
+			hi = tm
+		}
+	}
+	return hi.Sub(lo)
+}
+
+// maxGap is the longest time between consecutive probes of b in [from, to).
+func maxGap(b *fleetBackend, from, to time.Time) time.Duration {
+	ps := b.probesIn(from, to)
+	prev, gap := from, time.Duration(0)
+	for _, p := range ps {
+		gap = max(gap, p.Sub(prev))
+		prev = p
+	}
+	return max(gap, to.Sub(prev))
+}
+
+// A fleet of three bin/coredns processes shares the checks of six backends
+// through a real Redis: each backend is probed by one instance, a flip
+// reaches all three, a SIGKILLed instance's backends are taken over, a new
+// instance started while a backend is down never answers it, and a holder
+// frozen past its lease cannot write over its successor.
+func TestFleetRedis(t *testing.T) {
+	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
+	rs := redistest.Start(t)
+	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 6})
+	corefile := f.corefile(rs.URL())
+	var ins []*Instance
+	for range 3 {
+		ins = append(ins, StartFleetInstance(t, corefile))
+	}
+	Eventually(t, 20*time.Second, answersExactly(ins, f.hosts()))
+	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
+
+	// One prober per backend: about one probe per interval, not three.
+	from := time.Now()
+	time.Sleep(3 * time.Second) // a measurement window
+	to := time.Now()
+	single := float64(to.Sub(from) / interval)
+	for i, b := range f.backends {
+		n := float64(len(b.probesIn(from, to)))
+		t.Logf("backend %d: %v probes in %v (one prober: %v)", i, n, to.Sub(from).Round(time.Millisecond), single)
+		if n > 1.6*single || n < 0.5*single {
+			t.Errorf("backend %d probed %v times in %v; one prober makes %v", i, n, to.Sub(from), single)
+		}
+	}
+
+	// A flip reaches every instance.
+	down := f.dropTimes(t, ins, 0, true)
+	up := f.dropTimes(t, ins, 0, false)
+	t.Logf("flip spread between instances: down %v, up %v", spread(down), spread(up))
+
+	// Cold start while backend 1 is down: the new instance never answers it.
+	f.backends[1].close()
+	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(1)))
+	late := StartFleetInstanceNoWait(t, corefile)
+	if n := neverAnswers(t, late, f.backends[1].host); n == 0 {
+		t.Fatal("the late instance never answered")
+	}
+	ins = append(ins, late)
+	f.backends[1].open(t)
+	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
+	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
+
+	// SIGKILL the instance holding the most leases: the others take its
+	// backends over; none goes unprobed longer than a lease and an interval.
+	victim := 0
+	for k, in := range ins {
+		if metric(t, in, leasesMetric) > metric(t, ins[victim], leasesMetric) {
+			victim = k
+		}
+	}
+	killed := time.Now()
+	ins[victim].Kill()
+	rest := slices.Delete(slices.Clone(ins), victim, victim+1)
+	Eventually(t, 20*time.Second, coordinated(t, rest, len(f.backends)))
+	ttl := max(3*interval+timeout, time.Second)
+	for i, b := range f.backends {
+		g := maxGap(b, killed.Add(-interval), time.Now())
+		t.Logf("backend %d: longest gap between probes around the kill %v (lease %v + interval %v)", i, g.Round(time.Millisecond), ttl, interval)
+		if g > ttl+interval+time.Second {
+			t.Errorf("backend %d unprobed for %v after a SIGKILL; lease %v + interval %v", i, g, ttl, interval)
+		}
+	}
+	f.backends[2].close()
+	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts(2)))
+	f.backends[2].open(t)
+	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts()))
+
+	// A holder frozen past its lease, then resumed, cannot write: its
+	// fenced writes are refused while the others hold its backends.
+	holder := rest[0]
+	before := metric(t, holder, fencedMetric)
+	holder.Freeze()
+	others := rest[1:]
+	Eventually(t, 20*time.Second, coordinated(t, others, len(f.backends)))
+	f.backends[3].close() // a change only the new holders see
+	Eventually(t, 10*time.Second, answersExactly(others, f.hosts(3)))
+	holder.Thaw()
+	Eventually(t, 20*time.Second, coordinated(t, rest, len(f.backends)))
+	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts(3)))
+	t.Logf("fenced writes of the thawed holder: %v", metric(t, holder, fencedMetric)-before)
+}
