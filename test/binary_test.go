@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,33 +15,6 @@ import (
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
-
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// coreDNSBinary builds cmd/coredns once per test run, as make build does.
-func coreDNSBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pgcluster-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "coredns")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/coredns").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/coredns: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
 
 // TestBinary runs the real bin/coredns: it lists dns.pgcluster, serves the
 // seed's names from a real registry over UDP and TCP, and stops on SIGTERM.
