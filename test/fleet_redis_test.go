@@ -376,3 +376,144 @@ func TestFleetRedis(t *testing.T) {
 	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts(3)))
 	t.Logf("fenced writes of the thawed holder: %v", metric(t, holder, fencedMetric)-before)
 }
+
+// answering checks that every instance answers local.<zone> without error
+// and fast, many times over, while something else happens: no SERVFAIL and
+// no answer held up by a Redis call. It returns the slowest answer.
+func keepAnswering(t testing.TB, ins []*Instance, stop <-chan struct{}) func() time.Duration {
+	var (
+		mu      sync.Mutex
+		slowest time.Duration
+		fails   []string
+		wg      sync.WaitGroup
+	)
+	for _, in := range ins {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				start := time.Now()
+				_, err := answers(in)
+				d := time.Since(start)
+				mu.Lock()
+				slowest = max(slowest, d)
+				if err != nil && len(fails) < 5 {
+					fails = append(fails, err.Error())
+				}
+				mu.Unlock()
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+	}
+	return func() time.Duration {
+		wg.Wait()
+		if len(fails) > 0 {
+			t.Errorf("answers failed while Redis was away: %v", fails)
+		}
+		return slowest
+	}
+}
+
+// Redis stopped, then Redis frozen with SIGSTOP: every instance keeps
+// answering, falls back to local checks that still see a flip, and when
+// Redis is back coordinates again, one prober per backend.
+func TestFleetRedisOutage(t *testing.T) {
+	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
+	rs := redistest.Start(t)
+	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 4})
+	corefile := f.corefile(rs.URL())
+	var ins []*Instance
+	for range 3 {
+		ins = append(ins, StartFleetInstance(t, corefile))
+	}
+	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
+	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
+
+	for _, how := range []string{"stopped", "frozen"} {
+		stop := make(chan struct{})
+		done := keepAnswering(t, ins, stop)
+		if how == "stopped" {
+			rs.Stop()
+		} else if err := rs.Freeze(); err != nil {
+			t.Fatal(err)
+		}
+		Eventually(t, 10*time.Second, func() error {
+			for _, in := range ins {
+				if metric(t, in, modeLocal) != 1 {
+					return fmt.Errorf("%s not in local mode with Redis %s", in.Addr(), how)
+				}
+			}
+			return nil
+		})
+		// Local checks still see a flip, in every instance.
+		f.backends[0].close()
+		Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(0)))
+		f.backends[0].open(t)
+		Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
+		// Each instance probes every backend itself.
+		from := time.Now()
+		time.Sleep(time.Second) // a measurement window
+		for i, b := range f.backends {
+			if n := len(b.probesIn(from, time.Now())); n < 2*int(time.Second/interval) {
+				t.Errorf("Redis %s: backend %d probed %d times in 1s by 3 instances in local mode", how, i, n)
+			}
+		}
+		close(stop)
+		slowest := done()
+		t.Logf("Redis %s: slowest answer %v", how, slowest)
+		if slowest > 250*time.Millisecond {
+			t.Errorf("Redis %s: an answer took %v (a Redis call on the query path?)", how, slowest)
+		}
+
+		// Redis back: coordinated again, one prober per backend.
+		if how == "stopped" {
+			if err := rs.Start(); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := rs.Thaw(); err != nil {
+			t.Fatal(err)
+		}
+		back := time.Now()
+		Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
+		t.Logf("Redis %s: coordinated again %v after it came back", how, time.Since(back).Round(time.Millisecond))
+		settle := time.Now().Add(2 * interval)
+		Eventually(t, 5*time.Second, func() error {
+			if time.Now().Before(settle.Add(time.Second)) {
+				return fmt.Errorf("measuring")
+			}
+			return nil
+		})
+		from, to := settle, settle.Add(time.Second)
+		for i, b := range f.backends {
+			if n := len(b.probesIn(from, to)); n > int(time.Second/interval)+2 {
+				t.Errorf("Redis %s, back: backend %d probed %d times in the second after two intervals, one prober makes %d", how, i, n, time.Second/interval)
+			}
+		}
+		Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
+	}
+}
+
+// An instance started while Redis is down answers from its own checks, and
+// joins the fleet when Redis starts.
+func TestFleetRedisDownAtStart(t *testing.T) {
+	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
+	rs := redistest.Start(t)
+	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 2})
+	corefile := f.corefile(rs.URL())
+	rs.Stop()
+	f.backends[1].close()
+	in := StartFleetInstance(t, corefile)
+	Eventually(t, 10*time.Second, answersExactly([]*Instance{in}, f.hosts(1)))
+	if metric(t, in, modeLocal) != 1 {
+		t.Fatalf("instance started without Redis is not in local mode")
+	}
+	if err := rs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 20*time.Second, coordinated(t, []*Instance{in}, len(f.backends)))
+	f.backends[1].open(t)
+	Eventually(t, 10*time.Second, answersExactly([]*Instance{in}, f.hosts()))
+}
