@@ -158,6 +158,14 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
 	sub.OnResync = func(_ int, err error) { c.observe(func(o Observer) { o.Resync(err) }) }
 	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
+	sub.Accept = func(key string, b []byte) bool {
+		if _, err := decode(key, b, cfg.Secret); err != nil {
+			c.observe(func(o Observer) { o.Message("rejected") })
+			c.logf("status of %q dropped: %v", key, err)
+			return false
+		}
+		return true
+	}
 	return c, nil
 }
 

@@ -64,10 +64,13 @@ const (
 
 // startInstance starts a fleet member on rdb checking targets, until the
 // test ends or stop is called.
-func startInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Target) *instance {
+func startInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Target, opts ...func(*Config)) *instance {
 	t.Helper()
-	coord, err := NewCoordinator(rdb, Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout,
-		Resync: time.Second, Logf: t.Logf})
+	cfg := Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second, Logf: t.Logf}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	coord, err := NewCoordinator(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

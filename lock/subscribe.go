@@ -30,6 +30,10 @@ type Subscriber struct {
 	// of resyncs): a receiver that tells the two apart, to time how long a
 	// status took to arrive for instance.
 	Live func(key string, version int64, status []byte)
+	// Accept, when set, vets each status before its version counts: one it
+	// refuses is dropped without raising the key's last version, so that a
+	// forged status with a huge version cannot make the real ones stale.
+	Accept func(key string, status []byte) bool
 	// OnStale, when set, is told of each published message dropped because
 	// its version is not above the key's last one.
 	OnStale func(key string)
@@ -118,9 +122,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 	}
 }
 
-// offer applies a status if its version is newer than the key's last one.
+// offer applies a status if its version is newer than the key's last one
+// and Accept does not refuse it.
 func (s *Subscriber) offer(key string, v int64, status []byte, apply func(string, int64, []byte)) {
 	if v <= s.last[key] {
+		return
+	}
+	if s.Accept != nil && !s.Accept(key, status) {
 		return
 	}
 	s.last[key] = v
