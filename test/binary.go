@@ -15,8 +15,11 @@ var (
 	buildErr  error
 )
 
-// coreDNSBinary builds cmd/coredns once per test run, as make build does.
-// TestMain removes it when the run ends.
+// coreDNSBinary builds cmd/coredns once per test run, as make build does,
+// with the race detector when the tests run with it (make test), so that
+// the fleet tests' separate processes are checked for races too; the
+// fleet harness fails a test whose instance reports one. TestMain removes
+// the binary when the run ends.
 func coreDNSBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -26,7 +29,11 @@ func coreDNSBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "coredns")
-		out, err := exec.Command("go", "build", "-o", binPath, "../cmd/coredns").CombinedOutput()
+		args := []string{"build", "-o", binPath}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "../cmd/coredns")...).CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build ./cmd/coredns: %v\n%s", err, out)
 		}

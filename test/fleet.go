@@ -107,6 +107,9 @@ func StartFleetInstanceNoWait(t testing.TB, corefile string) *Instance {
 		if err := in.p.Stop(stopTimeout); err != nil {
 			t.Errorf("coredns instance on %s: %v", in.addr, err)
 		}
+		if strings.Contains(in.Log(), "WARNING: DATA RACE") {
+			t.Errorf("coredns instance on %s (built with -race) found a data race", in.addr)
+		}
 		if t.Failed() {
 			t.Logf("coredns instance on %s (pid %d), %s; its log:\n%s", in.addr, in.p.Pid(), in.p.State(), in.Log())
 		}
