@@ -191,6 +191,20 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	for _, t := range ts {
 		c.targets[t.Key] = t.Addr
 	}
+	// What this instance probed of targets that are gone is of no use;
+	// the statuses stay (they expire in Redis, and a target may be back).
+	for _, m := range []map[string]health.Progress{c.own, c.published} {
+		for k := range m {
+			if _, ok := c.targets[k]; !ok {
+				delete(m, k)
+			}
+		}
+	}
+	for k := range c.writtenBy {
+		if _, ok := c.targets[k]; !ok {
+			delete(c.writtenBy, k)
+		}
+	}
 	c.signal()
 }
 
