@@ -103,20 +103,23 @@ func firstLine(err error) string {
 	return s
 }
 
-// corefileConfig is what the demo Corefile varies on.
+// corefileConfig is what the demo Corefile varies on: the ports of an
+// instance, and what every instance shares.
 type corefileConfig struct {
 	port    int    // DNS port on 127.0.0.1; 0 picks a free one
 	ready   string // address of the ready plugin
 	metrics string // address of the prometheus plugin
-	dsn     string
+	dsn     string // the registry
+	redis   string // URL of the Redis the fleet shares its checks through
 }
 
-// corefile returns the demo Corefile.
+// corefile returns the Corefile of an instance of the demo fleet. It has no
+// log plugin: the transitions (a node in or out, Redis lost and back) are
+// what the demo's output is for.
 func corefile(c corefileConfig) string {
 	return fmt.Sprintf(`%s:%d {
     bind 127.0.0.1
     errors
-    log
     ready %s
     prometheus %s
     pgcluster {
@@ -126,9 +129,10 @@ func corefile(c corefileConfig) string {
         check postgres "user=postgres dbname=postgres sslmode=disable"
         interval 1s
         timeout 500ms
+        redis %s
     }
 }
-`, zone, c.port, c.ready, c.metrics, c.dsn)
+`, zone, c.port, c.ready, c.metrics, c.dsn, c.redis)
 }
 
 // checkFree fails when addr is taken for TCP or, when udp is set, for UDP.

@@ -1,54 +1,128 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/coredns/caddy"
-	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
-	_ "github.com/pgcluster/pgcluster/plugin" // the build's plugin bundle
 )
 
-type corefileInput string
-
-func (c corefileInput) Body() []byte       { return []byte(c) }
-func (c corefileInput) Path() string       { return "Corefile" }
-func (c corefileInput) ServerType() string { return "dns" }
-
-// TestDemo runs the demo's set-up against a real PostgreSQL and serves its
-// Corefile (on free ports) in process: prod must answer with its CNAME and
-// the three demo nodes.
+// TestDemo starts the demo as make run does — the registry, a real
+// PostgreSQL server per node, a real redis-server and three bin/coredns
+// processes — and checks the fleet: each instance answers prod with its
+// CNAME and addresses, every instance is coordinated and their leases add
+// up to one per node; with Redis stopped each falls back to local checks,
+// and with Redis started again they coordinate again. Once the demo is
+// stopped, none of the processes it started is left, nor its directory.
 func TestDemo(t *testing.T) {
-	pg := pgtest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	bin := buildCoreDNS(t)
+	t.Setenv("TMPDIR", os.TempDir()) // start sets it; stop restores it
+	// pgtest makes its initdb template once per process, in the TMPDIR of
+	// the first start: here the shared one, not a demo's directory that
+	// stop removes (the demo binary starts once per process; this test
+	// may run more than once).
+	pgtest.New(t)
+	out := &syncBuffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	for range 2 { // seeding twice is harmless
-		if err := seed(ctx, pg.DSN("")); err != nil {
-			t.Fatal(err)
+
+	d, err := start(ctx, options{coredns: bin}, out)
+	if err != nil {
+		t.Fatalf("start the demo: %v\nits output:\n%s", err, out)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			d.stop()
+		}
+		if t.Failed() {
+			t.Logf("the demo's output:\n%s", out)
+		}
+	}()
+	if err := seed(ctx, d.dsn); err != nil { // seeding again is harmless
+		t.Fatal(err)
+	}
+
+	if len(d.fleet) != 3 {
+		t.Fatalf("the demo runs %d CoreDNS instances, want 3", len(d.fleet))
+	}
+	want := []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}
+	if len(d.nodes) != len(demoNodes) {
+		// Another demo (or a PostgreSQL on every address) holds a node's
+		// address: that node has no server, and its check keeps it out.
+		t.Logf("%d of %d nodes have a server (see the output): not checking the full address set", len(d.nodes), len(demoNodes))
+		want = nil
+	}
+	for _, in := range d.fleet {
+		waitFor(t, 15*time.Second, func() error { return answersProd(in.dns, want) })
+	}
+
+	if states, err := waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), 15*time.Second); err != nil {
+		t.Fatalf("the fleet is not coordinated with one lease per node: %v (%s)", err, describe(states))
+	}
+	if d.settleErr != nil {
+		t.Errorf("start said the fleet had not settled: %v", d.settleErr)
+	}
+
+	// Redis stopped: every instance checks locally, answering all the
+	// while. Started again: coordinated again, one lease per node.
+	d.redis.Stop()
+	if states, err := waitMode(ctx, d.fleet, modeLocal, 0, 15*time.Second); err != nil {
+		t.Fatalf("Redis stopped, the fleet is not in local mode: %v (%s)", err, describe(states))
+	}
+	for _, in := range d.fleet {
+		if _, err := probe(in.dns); err != nil {
+			t.Errorf("%s with Redis stopped: %v", in.name, err)
 		}
 	}
-
-	caddy.Quiet, dnsserver.Quiet = true, true
-	conf := corefile(corefileConfig{port: 0, ready: "127.0.0.1:0", metrics: "127.0.0.1:0", dsn: pg.DSN("")})
-	inst, err := caddy.Start(corefileInput(conf))
-	if err != nil {
-		t.Fatalf("start CoreDNS: %v\nCorefile:\n%s", err, conf)
+	d.redisBack()
+	if states, err := waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), 15*time.Second); err != nil {
+		t.Fatalf("Redis back, the fleet is not coordinated with one lease per node: %v (%s)", err, describe(states))
 	}
-	t.Cleanup(func() {
-		inst.ShutdownCallbacks()
-		inst.Stop()
-		inst.Wait()
-	})
 
-	r, err := waitAnswer(ctx, inst.Servers()[0].LocalAddr().String(), 10*time.Second, nil)
+	pids := map[int]string{d.redis.Pid(): "redis-server"}
+	for _, in := range d.fleet {
+		pids[in.p.Pid()] = in.name
+	}
+	tmp := d.tmp
+	stopped = true
+	if err := d.stop(); err != nil {
+		t.Errorf("stop the demo: %v", err)
+	}
+	for pid, name := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+			t.Errorf("%s (pid %d) is still there after the demo stopped: kill(0) = %v, %q", name, pid, err, bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+	if _, err := os.Stat(tmp); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the demo's directory %s is still there after it stopped: %v", tmp, err)
+	}
+	if got := os.Getenv("TMPDIR"); got != os.TempDir() {
+		t.Errorf("TMPDIR is %q after the demo stopped, want it restored", got)
+	}
+}
+
+// answersProd checks that server answers prod.Z with the CNAME and, when
+// want is set, exactly the addresses in want.
+func answersProd(server string, want []string) error {
+	r, err := probe(server)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var target string
 	var addrs []string
@@ -61,9 +135,57 @@ func TestDemo(t *testing.T) {
 		}
 	}
 	slices.Sort(addrs)
-	if want := []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}; target != "local."+zone+"." || !slices.Equal(addrs, want) {
-		t.Errorf("prod.%s: CNAME %q, A %v; want CNAME local.%s., A %v", zone, target, addrs, zone, want)
+	if target != "local."+zone+"." || (want != nil && !slices.Equal(addrs, want)) {
+		return errors.New(server + ": prod." + zone + " answers CNAME " + target + ", A " + strings.Join(addrs, " ") + "; want CNAME local." + zone + ". and A " + strings.Join(want, " "))
 	}
+	return nil
+}
+
+// waitFor polls cond until it returns nil, failing the test with its last
+// error after timeout.
+func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := cond()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", timeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// buildCoreDNS builds cmd/coredns as make build does, into the test's
+// temporary directory.
+func buildCoreDNS(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "coredns")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/pgcluster/pgcluster/cmd/coredns").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build ./cmd/coredns: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// syncBuffer is a bytes.Buffer that the demo's writers and the test share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestCheckFree(t *testing.T) {
@@ -74,5 +196,34 @@ func TestCheckFree(t *testing.T) {
 	defer l.Close()
 	if err := checkFree(l.Addr().String(), false); err == nil {
 		t.Errorf("checkFree(%s), a port in use, = nil; want an error", l.Addr())
+	}
+}
+
+// TestFreePorts checks that the three ports of an instance differ, and that
+// a given DNS port is kept.
+func TestFreePorts(t *testing.T) {
+	for _, port := range []int{0, 5353} {
+		ps, err := freePorts(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps[0] == ps[1] || ps[1] == ps[2] || ps[0] == ps[2] || slices.Contains(ps[:], 0) || (port != 0 && ps[0] != port) {
+			t.Errorf("freePorts(%d) = %v; want three different ports, the first %d when given", port, ps, port)
+		}
+	}
+}
+
+// TestPrefixWriter checks that lines are prefixed whole and that a taken
+// port is noticed.
+func TestPrefixWriter(t *testing.T) {
+	var b bytes.Buffer
+	p := &prefixWriter{w: &b, prefix: "coredns-1: "}
+	p.Write([]byte("one\ntw"))
+	p.Write([]byte("o\nListen: listen tcp 127.0.0.1:1: bind: address already in use\npartial"))
+	if want := "coredns-1: one\ncoredns-1: two\ncoredns-1: Listen: listen tcp 127.0.0.1:1: bind: address already in use\n"; b.String() != want {
+		t.Errorf("prefixWriter wrote %q, want %q", b.String(), want)
+	}
+	if !p.portTaken() {
+		t.Error("prefixWriter did not notice the address already in use")
 	}
 }

@@ -5,69 +5,116 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
+	"strings"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
 // instructions prints where the demo runs and what to try.
-func instructions(w io.Writer, o options, dsn string, pid int, conf, answer, tmp string) {
-	dig := "dig @127.0.0.1 -p " + strconv.Itoa(o.port) + " "
-	psql := "psql '" + dsn + "'"
-	fmt.Fprintf(w, `
-pgcluster demo is up.
-
-  zone      %[1]s. on 127.0.0.1:%[2]d  (coredns pid %[3]d, Corefile %[4]s)
-  registry  %[5]s
-  metrics   http://%[6]s/metrics    ready: http://%[7]s/ready
-
-prod.%[1]s answers: %[8]s
-
-Try:
-  %[9]sprod.%[1]s
-  %[9]smyapp-db.%[1]s
-  %[9]sprimary.prod.%[1]s
-  %[9]sstandby.local.%[1]s
-  %[9]sSRV _postgresql._tcp.local.%[1]s
-  %[9]sTXT pg2.local.%[1]s
+func instructions(w io.Writer, d *demo) {
+	in := d.fleet[0]
+	dig := "dig @127.0.0.1 -p " + in.port() + " "
+	psql := "psql '" + d.dsn + "'"
+	var servers []string
+	fmt.Fprintf(w, "\npgcluster demo is up: %d CoreDNS instances sharing their checks through Redis.\n\n", len(d.fleet))
+	fmt.Fprintf(w, "  zone      %s.\n", zone)
+	for _, in := range d.fleet {
+		fmt.Fprintf(w, "  %s %s  pid %d  metrics %s  ready http://%s/ready\n", in.name, in.dns, in.p.Pid(), in.metricsURL(), in.ready)
+		servers = append(servers, in.dns)
+	}
+	fmt.Fprintf(w, "  Corefile  %s (the others' differ only in their ports)\n", in.conf)
+	fmt.Fprintf(w, "  redis     %s  (redis-server pid %d)\n", d.redis.URL(), d.redis.Pid())
+	fmt.Fprintf(w, "  registry  %s\n", psql)
+	if d.settleErr != nil {
+		fmt.Fprintf(w, "  fleet     %s: not settled yet (%v)\n", describe(d.states), d.settleErr)
+	} else {
+		fmt.Fprintf(w, "  fleet     %s: each node probed by one instance\n", describe(d.states))
+	}
+	fmt.Fprintf(w, "\nprod.%s answers: %s\n\nAsk any instance: they answer the same.\n", zone, d.answer)
+	for _, in := range d.fleet {
+		fmt.Fprintf(w, "  dig @127.0.0.1 -p %s prod.%s\n", in.port(), zone)
+	}
+	fmt.Fprintf(w, `Try:
+  %[1]smyapp-db.%[2]s
+  %[1]sprimary.prod.%[2]s
+  %[1]sstandby.local.%[2]s
+  %[1]sSRV _postgresql._tcp.local.%[2]s
+  %[1]sTXT pg2.local.%[2]s
 
 Each node is a real PostgreSQL server on its own address. Find the fastest,
-and follow the topology as it changes:
-  bin/pgdiscover -dns 127.0.0.1:%[2]d -v prod.%[1]s
-  bin/pgdiscover -dns 127.0.0.1:%[2]d -watch -v primary.prod.%[1]s
-  psql -h "$(bin/pgdiscover -dns 127.0.0.1:%[2]d primary.prod.%[1]s | cut -d: -f1)" -U postgres -c 'SELECT inet_server_addr()'
+and follow the topology as it changes (the instances in failover order):
+  bin/pgdiscover -dns %[3]s -v prod.%[2]s
+  bin/pgdiscover -dns %[3]s -watch -v primary.prod.%[2]s
+  psql -h "$(bin/pgdiscover -dns %[3]s primary.prod.%[2]s | cut -d: -f1)" -U postgres -c 'SELECT inet_server_addr()'
 
 Take a node out of the answers through the registry, and bring it back:
-  %[5]s -c "UPDATE pgcluster_nodes SET healthy = false WHERE cluster = 'local' AND name = 'pg3'"
-  %[5]s -c "UPDATE pgcluster_nodes SET healthy = true WHERE cluster = 'local' AND name = 'pg3'"
+  %[4]s -c "UPDATE pgcluster_nodes SET healthy = false WHERE cluster = 'local' AND name = 'pg3'"
+  %[4]s -c "UPDATE pgcluster_nodes SET healthy = true WHERE cluster = 'local' AND name = 'pg3'"
 Look at the registry:
-  %[5]s -c "TABLE pgcluster_nodes" -c "TABLE pgcluster_aliases"
+  %[4]s -c "TABLE pgcluster_nodes" -c "TABLE pgcluster_aliases"
 
-Ctrl-C stops CoreDNS and PostgreSQL and removes %[10]s.
+`, dig, zone, strings.Join(servers, ","), psql)
+}
 
-`, zone, o.port, pid, conf, psql, o.metrics, o.ready, answer, dig, tmp)
+// digLoop is a shell loop asking every instance of the fleet for name, one
+// line per instance.
+func digLoop(d *demo, name string) string {
+	var ports []string
+	for _, in := range d.fleet {
+		ports = append(ports, in.port())
+	}
+	return "for p in " + strings.Join(ports, " ") + "; do echo $p: $(dig @127.0.0.1 -p $p +short " + name + "); done"
 }
 
 // checkInstructions prints what to try with the health checks: stop a node's
-// server and watch it leave, fail over for real.
-func checkInstructions(w io.Writer, o options, nodes map[string]*pgtest.Postgres) {
-	pg2, pg3 := nodes["pg2"], nodes["pg3"]
-	if pg2 == nil || pg3 == nil {
+// server and watch every instance drop it, fail over for real.
+func checkInstructions(w io.Writer, d *demo) {
+	pg1, pg2, pg3 := d.nodes["pg1"], d.nodes["pg2"], d.nodes["pg3"]
+	if pg1 == nil || pg2 == nil || pg3 == nil {
 		return
 	}
-	dig := "dig @127.0.0.1 -p " + strconv.Itoa(o.port) + " "
-	fmt.Fprintf(w, `Every node is checked (check postgres): the role PostgreSQL reports decides
-primary. and standby., whatever the registry's role column says. Stop pg3's
-server and watch it leave within fall x interval + timeout (3 s here):
-  watch -n1 %[1]s+short local.%[2]s
+	fmt.Fprintf(w, `Every node is checked (check postgres) by the one instance holding its lease,
+which publishes each verdict through Redis to the others: the role PostgreSQL
+reports decides primary. and standby., whatever the registry's role column
+says. Stop pg3's server and watch all three instances drop it within
+fall x interval + timeout (3 s here):
+  watch -n1 '%[1]s'
   %[3]s stop -m fast
-  %[1]sTXT pg3.local.%[2]s    # reason=check_refused
+  dig @127.0.0.1 -p %[2]s TXT pg3.local.%[4]s    # reason=check_refused
   %[3]s start
 Fail over for real: stop the primary pg1, promote pg2, and watch primary.:
-  watch -n1 %[1]s+short primary.prod.%[2]s
-  %[4]s stop -m fast && %[5]s promote
+  watch -n1 '%[5]s'
+  %[6]s stop -m fast && %[7]s promote
 
-`, dig, zone, pgCtl(pg3), pgCtl(nodes["pg1"]), pgCtl(pg2))
+`, digLoop(d, "local."+zone), d.fleet[len(d.fleet)-1].port(), pgCtl(pg3), zone, digLoop(d, "primary.local."+zone), pgCtl(pg1), pgCtl(pg2))
+}
+
+// redisInstructions prints what to try with Redis: stop or freeze it and
+// watch the instances fall back to local checks, bring it back and watch
+// them rejoin.
+func redisInstructions(w io.Writer, d *demo, demoPid int) {
+	var ports []string
+	for _, in := range d.fleet {
+		_, p, _ := strings.Cut(in.metrics, ":")
+		ports = append(ports, p)
+	}
+	modes := "for m in " + strings.Join(ports, " ") + "; do curl -s http://127.0.0.1:$m/metrics | grep -E '^coredns_pgcluster_redis_(mode.* 1$|leases)'; done"
+	_, redisPort, _ := strings.Cut(d.redis.Addr(), ":")
+	pid := d.redis.Pid()
+	fmt.Fprintf(w, `Each instance is coordinated, with its share of the leases:
+  %[1]s
+Stop Redis, or freeze it, and watch the instances fall back to checking every
+node themselves ("Redis does not answer" in their output), answering all the
+while; the node loop above still works:
+  redis-cli -p %[2]s shutdown nosave        # or: kill -STOP %[3]d
+  %[1]s
+Bring it back, and watch them rejoin within a second ("rejoining the fleet"):
+  kill -USR1 %[4]d                          # the demo starts redis-server again on port %[2]s; after kill -STOP: kill -CONT %[3]d
+  %[1]s
+
+Ctrl-C stops the fleet, Redis and PostgreSQL and removes %[5]s.
+
+`, modes, redisPort, pid, demoPid, d.tmp)
 }
 
 // pgCtl is the pg_ctl command line for a node's server, as the user that

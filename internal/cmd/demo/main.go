@@ -1,7 +1,10 @@
-// Command demo runs pgcluster on this machine: a real PostgreSQL on a loopback
-// port holding a registry with a demo cluster, and bin/coredns serving
-// pgcluster.lan from it on 127.0.0.1:5353. It prints what to try with dig and
-// psql, and on Ctrl-C stops both and removes its temporary directory.
+// Command demo runs a small pgcluster fleet on this machine: a real
+// PostgreSQL on a loopback port holding a registry with a demo cluster whose
+// nodes are real PostgreSQL servers, a real redis-server, and three
+// bin/coredns instances serving pgcluster.lan from the registry on loopback
+// ports, sharing their health checks through Redis. It prints what to try
+// with dig, psql and redis-cli, and on Ctrl-C stops everything and removes
+// its temporary directory.
 //
 // make run builds and starts it.
 package main
@@ -11,9 +14,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -21,29 +24,29 @@ import (
 	"time"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
 // Time limits of the demo.
 const (
 	answerTimeout = 30 * time.Second
 	stopTimeout   = 10 * time.Second
+	// settleTimeout bounds the wait for the fleet to share out the leases
+	// before the demo says it is up.
+	settleTimeout = 15 * time.Second
 )
 
 type options struct {
 	coredns string
 	port    int
 	pgport  int
-	ready   string
-	metrics string
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.coredns, "coredns", "bin/coredns", "the CoreDNS binary built with pgcluster (make build)")
-	flag.IntVar(&o.port, "port", 5353, "DNS port on 127.0.0.1")
-	flag.IntVar(&o.pgport, "pgport", 0, "PostgreSQL port on 127.0.0.1 (0: a free port)")
-	flag.StringVar(&o.ready, "ready", "127.0.0.1:8181", "address of the ready plugin")
-	flag.StringVar(&o.metrics, "metrics", "127.0.0.1:9153", "address of the prometheus plugin")
+	flag.IntVar(&o.port, "port", 0, "DNS port of the first instance on 127.0.0.1, the others on the next two (0: free ports)")
+	flag.IntVar(&o.pgport, "pgport", 0, "registry PostgreSQL port on 127.0.0.1 (0: a free port)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -55,112 +58,198 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
+	// Ask for SIGUSR1 before anything starts, so that an early one does
+	// not end the demo.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+
+	d, err := start(ctx, o, os.Stdout)
+	if errors.Is(err, context.Canceled) {
+		fmt.Println("\ndemo: interrupted; stopped everything it had started")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := d.stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "demo:", err)
+		}
+	}()
+	instructions(os.Stdout, d)
+	checkInstructions(os.Stdout, d)
+	redisInstructions(os.Stdout, d, os.Getpid())
+	return d.wait(ctx, usr1)
+}
+
+// demo is a running demo. Everything it started is under tmp.
+type demo struct {
+	w         io.Writer
+	tmp       string
+	oldTMPDIR string
+	registry  *pgtest.Postgres
+	dsn       string
+	nodes     map[string]*pgtest.Postgres // by node name; a node whose server could not start has none
+	redis     *redistest.Server
+	fleet     []*instance
+	answer    string       // what prod.Z answered first
+	states    []fleetState // the fleet's modes and leases when it was up
+	settleErr error        // why the fleet had not settled, if it had not
+}
+
+// start starts the demo: the registry, the nodes' servers, Redis and the
+// fleet, writing what it does to w. It returns once every instance answers
+// and, within settleTimeout, the fleet has shared out the leases. On error
+// (context.Canceled when ctx is done first) it has stopped whatever it had
+// started.
+func start(ctx context.Context, o options, w io.Writer) (_ *demo, err error) {
 	coredns, err := filepath.Abs(o.coredns)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, err := os.Stat(coredns); err != nil {
-		return fmt.Errorf("%s: %w (make build writes it)", o.coredns, err)
+		return nil, fmt.Errorf("%s: %w (make build writes it)", o.coredns, err)
 	}
-	dnsAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port))
-	if err := checkFree(dnsAddr, true); err != nil {
-		return fmt.Errorf("DNS port %d on 127.0.0.1 is taken (%v): choose another with -port", o.port, err)
-	}
-	if err := checkFree(o.ready, false); err != nil {
-		return fmt.Errorf("ready address %s is taken (%v): choose another with -ready", o.ready, err)
-	}
-	if err := checkFree(o.metrics, false); err != nil {
-		return fmt.Errorf("metrics address %s is taken (%v): choose another with -metrics", o.metrics, err)
+	if o.port != 0 {
+		for i := range fleetSize {
+			if err := checkFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port+i)), true); err != nil {
+				return nil, fmt.Errorf("DNS port %d on 127.0.0.1 is taken (%v): choose another with -port, or leave -port out for free ports", o.port+i, err)
+			}
+		}
 	}
 
-	// Everything, PostgreSQL's template and data directories included, goes
-	// in one temporary directory, removed on the way out. When root runs the
-	// demo PostgreSQL runs as postgres, which must be able to enter it.
+	// Everything, PostgreSQL's template and data directories and Redis's
+	// included, goes in one temporary directory, removed on the way out.
+	// When root runs the demo PostgreSQL runs as postgres, which must be
+	// able to enter it.
 	tmp, err := os.MkdirTemp("", "pgcluster-demo-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
+	d := &demo{w: w, tmp: tmp, oldTMPDIR: os.Getenv("TMPDIR"), nodes: map[string]*pgtest.Postgres{}}
 	os.Setenv("TMPDIR", tmp)
-
-	fmt.Println("demo: starting PostgreSQL")
-	pg, err := pgtest.Start(pgtest.Options{Port: o.pgport})
-	if err != nil {
-		return fmt.Errorf("start PostgreSQL: %w", err)
-	}
-	defer pg.Close()
-	dsn := pg.DSN("")
-	if err := seed(ctx, dsn); err != nil {
-		return fmt.Errorf("write the demo registry: %w", err)
-	}
-
-	fmt.Println("demo: starting a PostgreSQL server for each node")
-	nodes := startNodes(os.Stdout)
-	for _, n := range nodes {
-		defer n.Close()
+	defer func() {
+		if err != nil {
+			if serr := d.stop(); serr != nil {
+				fmt.Fprintln(w, "demo:", serr)
+			}
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
 	}
 
-	conf := filepath.Join(tmp, "Corefile")
-	err = os.WriteFile(conf, []byte(corefile(corefileConfig{port: o.port, ready: o.ready, metrics: o.metrics, dsn: dsn})), 0o644)
-	if err != nil {
-		return err
+	fmt.Fprintln(w, "demo: starting PostgreSQL")
+	if d.registry, err = pgtest.Start(pgtest.Options{Port: o.pgport}); err != nil {
+		return nil, fmt.Errorf("start PostgreSQL: %w", err)
+	}
+	d.dsn = d.registry.DSN("")
+	if err := seed(ctx, d.dsn); err != nil {
+		return nil, fmt.Errorf("write the demo registry: %w", err)
 	}
 
-	fmt.Println("demo: starting", o.coredns, "-conf", conf)
-	cmd := exec.Command(coredns, "-conf", conf)
-	cmd.Dir = tmp
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	// Its own process group, so Ctrl-C reaches the demo only and the demo
-	// stops CoreDNS; and SIGTERM should the demo die first.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start coredns: %w", err)
+	fmt.Fprintln(w, "demo: starting a PostgreSQL server for each node")
+	d.nodes = startNodes(w)
+	if err := ctx.Err(); err != nil {
+		return nil, err
 	}
-	exited := make(chan struct{})
-	var waitErr error
-	go func() { waitErr = cmd.Wait(); close(exited) }()
-	defer stopCoreDNS(cmd, exited)
 
-	r, err := waitAnswer(ctx, dnsAddr, answerTimeout, exited)
-	switch {
-	case errors.Is(err, errExited):
-		return fmt.Errorf("coredns exited before answering (%v); its output is above", waitErr)
-	case errors.Is(err, context.Canceled):
-		fmt.Println("\ndemo: interrupted; stopping")
-		return nil
-	case err != nil:
-		return fmt.Errorf("coredns did not answer prod.%s: %w", zone, err)
+	fmt.Fprintln(w, "demo: starting redis-server")
+	if d.redis, err = redistest.StartProcess(filepath.Join(tmp, "redis"), w); err != nil {
+		return nil, fmt.Errorf("start redis-server: %w", err)
 	}
-	instructions(os.Stdout, o, dsn, cmd.Process.Pid, conf, summary(r), tmp)
-	checkInstructions(os.Stdout, o, nodes)
 
-	select {
-	case <-ctx.Done():
-		fmt.Println("\ndemo: stopping CoreDNS and PostgreSQL, removing", tmp)
-		return nil
-	case <-exited:
-		return fmt.Errorf("coredns exited by itself (%v); its output is above. Stopped PostgreSQL", waitErr)
+	c := corefileConfig{dsn: d.dsn, redis: d.redis.URL()}
+	for i := range fleetSize {
+		name := "coredns-" + strconv.Itoa(i+1)
+		port := 0
+		if o.port != 0 {
+			port = o.port + i
+		}
+		fmt.Fprintf(w, "demo: starting %s %s\n", name, o.coredns)
+		in, r, err := startInstance(ctx, w, coredns, tmp, name, port, c)
+		if err != nil {
+			return nil, err
+		}
+		d.fleet = append(d.fleet, in)
+		if d.answer == "" {
+			d.answer = summary(r)
+		}
+	}
+
+	d.states, d.settleErr = waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), settleTimeout)
+	if errors.Is(d.settleErr, context.Canceled) {
+		return nil, d.settleErr
+	}
+	return d, nil
+}
+
+// stop stops the fleet first (its instances release their leases while
+// Redis is there), then Redis and PostgreSQL, and removes the temporary
+// directory. A frozen process is thawed and stopped; one that does not stop
+// is killed.
+func (d *demo) stop() error {
+	var errs []error
+	errs = append(errs, stopFleet(d.fleet))
+	if d.redis != nil {
+		d.redis.Stop()
+	}
+	for _, n := range d.nodes {
+		n.Close()
+	}
+	if d.registry != nil {
+		d.registry.Close()
+	}
+	if err := os.RemoveAll(d.tmp); err != nil {
+		errs = append(errs, err)
+	}
+	if d.oldTMPDIR == "" {
+		os.Unsetenv("TMPDIR")
+	} else {
+		os.Setenv("TMPDIR", d.oldTMPDIR)
+	}
+	return errors.Join(errs...)
+}
+
+// wait runs until ctx is done or every instance has exited. An instance
+// that exits is reported; the others go on. On each SIGUSR1 it starts Redis
+// again if it is stopped.
+func (d *demo) wait(ctx context.Context, usr1 <-chan os.Signal) error {
+	gone := make(chan *instance, len(d.fleet))
+	for _, in := range d.fleet {
+		go func() {
+			<-in.p.Done()
+			gone <- in
+		}()
+	}
+	left := len(d.fleet)
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(d.w, "\ndemo: stopping the fleet, Redis and PostgreSQL, removing", d.tmp)
+			return nil
+		case in := <-gone:
+			if left--; left == 0 {
+				return fmt.Errorf("every CoreDNS instance has exited, %s last (%s); their output is above. Stopped Redis and PostgreSQL", in.name, in.p.State())
+			}
+			fmt.Fprintf(d.w, "demo: %s (pid %d) exited (%s); %d instances go on\n", in.name, in.p.Pid(), in.p.State(), left)
+		case <-usr1:
+			d.redisBack()
+		}
 	}
 }
 
-// stopCoreDNS asks CoreDNS to shut down, and kills it if it has not after
-// stopTimeout.
-func stopCoreDNS(cmd *exec.Cmd, exited <-chan struct{}) {
-	select {
-	case <-exited:
+// redisBack starts Redis again, on the same port, when it is not running.
+func (d *demo) redisBack() {
+	if pid := d.redis.Pid(); pid != 0 {
+		fmt.Fprintf(d.w, "demo: redis-server is running (pid %d); if you froze it: kill -CONT %d\n", pid, pid)
 		return
-	default:
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(stopTimeout)
-	defer t.Stop()
-	select {
-	case <-exited:
-	case <-t.C:
-		cmd.Process.Kill()
-		<-exited
+	fmt.Fprintln(d.w, "demo: starting redis-server again on", d.redis.Addr())
+	if err := d.redis.Start(); err != nil {
+		fmt.Fprintln(d.w, "demo: redis-server did not start:", err)
+		return
 	}
+	fmt.Fprintf(d.w, "demo: redis-server is back on %s (pid %d), empty: the instances rejoin and write their statuses again\n", d.redis.Addr(), d.redis.Pid())
 }

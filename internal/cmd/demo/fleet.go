@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
+)
+
+// fleetSize is how many CoreDNS instances the demo runs.
+const fleetSize = 3
+
+// startTries is how many times an instance on free ports is started on
+// fresh ones when another process took a port before CoreDNS bound it.
+const startTries = 3
+
+// instance is one bin/coredns process of the demo fleet. Its Corefile is the
+// fleet's, with its own loopback ports.
+type instance struct {
+	name    string // coredns-1, coredns-2, …
+	dns     string // host:port, UDP and TCP
+	metrics string // host:port of the prometheus plugin
+	ready   string // host:port of the ready plugin
+	conf    string // path of its Corefile
+	p       *proc.Process
+	out     *prefixWriter
+}
+
+// port returns the instance's DNS port.
+func (in *instance) port() string {
+	_, p, _ := net.SplitHostPort(in.dns)
+	return p
+}
+
+// metricsURL returns the URL of the instance's metrics.
+func (in *instance) metricsURL() string { return "http://" + in.metrics + "/metrics" }
+
+// startInstance starts bin/coredns with the fleet's Corefile in a
+// directory of its own under tmp and returns once it answers prod.Z, with
+// that answer. port 0 picks free ports (and fresh ones when another process
+// takes one first); otherwise the DNS port is port, checked free by the
+// caller. Its output goes to w, each line prefixed with its name. An
+// instance that does not answer is stopped.
+func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port int, c corefileConfig) (*instance, *dns.Msg, error) {
+	dir := filepath.Join(tmp, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	for try := 1; ; try++ {
+		ports, err := freePorts(port)
+		if err != nil {
+			return nil, nil, err
+		}
+		in := &instance{
+			name:    name,
+			dns:     net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+			metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+			ready:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2])),
+			conf:    filepath.Join(dir, "Corefile"),
+			out:     &prefixWriter{w: w, prefix: name + ": "},
+		}
+		c.port, c.metrics, c.ready = ports[0], in.metrics, in.ready
+		if err := os.WriteFile(in.conf, []byte(corefile(c)), 0o644); err != nil {
+			return nil, nil, err
+		}
+		cmd := exec.Command(bin, "-conf", in.conf)
+		cmd.Dir = dir
+		cmd.Stdout, cmd.Stderr = in.out, in.out
+		// Its own process group, so that Ctrl-C reaches the demo only and
+		// the demo stops the instance; proc kills it should the demo die.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if in.p, err = proc.Start(cmd); err != nil {
+			return nil, nil, fmt.Errorf("start %s: %w", name, err)
+		}
+		r, err := waitAnswer(ctx, in.dns, answerTimeout, in.p.Done())
+		if err == nil {
+			return in, r, nil
+		}
+		in.stop()
+		switch {
+		case errors.Is(err, errExited) && in.out.portTaken() && port == 0 && try < startTries:
+			continue
+		case errors.Is(err, errExited):
+			return nil, nil, fmt.Errorf("%s exited before answering (%s); its output is above", name, in.p.State())
+		case errors.Is(err, context.Canceled):
+			return nil, nil, err
+		default:
+			return nil, nil, fmt.Errorf("%s did not answer prod.%s: %w", name, zone, err)
+		}
+	}
+}
+
+// stop asks the instance to shut down (SIGTERM), and kills it if it has
+// not after stopTimeout.
+func (in *instance) stop() error {
+	if err := in.p.Stop(stopTimeout); err != nil {
+		return fmt.Errorf("%s: %w", in.name, err)
+	}
+	return nil
+}
+
+// stopFleet stops every instance at once and returns once all are gone.
+func stopFleet(fleet []*instance) error {
+	errs := make([]error, len(fleet))
+	var wg sync.WaitGroup
+	for i, in := range fleet {
+		wg.Go(func() { errs[i] = in.stop() })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// freePorts returns three loopback ports, free a moment ago: for DNS (TCP
+// and UDP; port itself when it is not 0), for metrics and for readiness.
+// All three are held until all are found, so that they differ.
+func freePorts(port int) ([3]int, error) {
+	var ports [3]int
+	var held []io.Closer
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	listen := func(udp bool) (int, error) {
+		for range 10 {
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return 0, fmt.Errorf("find a free loopback port: %w", err)
+			}
+			held = append(held, l)
+			p := l.Addr().(*net.TCPAddr).Port
+			if !udp {
+				return p, nil
+			}
+			if u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
+				held = append(held, u)
+				return p, nil
+			}
+		}
+		return 0, errors.New("find a free loopback port: none free for both TCP and UDP in 10 tries")
+	}
+	ports[0] = port
+	for i := range ports {
+		if ports[i] != 0 {
+			continue
+		}
+		p, err := listen(i == 0)
+		if err != nil {
+			return ports, err
+		}
+		ports[i] = p
+	}
+	return ports, nil
+}
+
+// prefixWriter writes each complete line it is given to w in one Write,
+// after a prefix naming the process, and notes whether one said that an
+// address was taken.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+
+	mu    sync.Mutex
+	buf   []byte
+	taken bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexByte(p.buf, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := p.buf[:i+1]
+		p.taken = p.taken || bytes.Contains(line, []byte("address already in use"))
+		if _, err := io.WriteString(p.w, p.prefix+string(line)); err != nil {
+			return len(b), err
+		}
+		p.buf = p.buf[i+1:]
+	}
+}
+
+// portTaken reports whether the process said that an address it was to
+// listen on was taken.
+func (p *prefixWriter) portTaken() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.taken
+}
+
+// Redis modes, as the redis_mode metric labels them.
+const (
+	modeCoordinated = "coordinated"
+	modeLocal       = "local"
+)
+
+// fleetState is what an instance's metrics say of its part in the fleet.
+type fleetState struct {
+	mode   string // modeCoordinated or modeLocal; "" when unknown
+	leases int    // leases held: the nodes it probes for the fleet
+}
+
+var metricsClient = &http.Client{Timeout: time.Second}
+
+// readState reads an instance's redis_mode and redis_leases metrics.
+func readState(in *instance) (fleetState, error) {
+	var s fleetState
+	resp, err := metricsClient.Get(in.metricsURL())
+	if err != nil {
+		return s, fmt.Errorf("%s metrics: %w", in.name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return s, fmt.Errorf("%s metrics: %s", in.name, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "coredns_pgcluster_redis_mode{") && value == "1":
+			_, m, _ := strings.Cut(name, `mode="`)
+			s.mode, _, _ = strings.Cut(m, `"`)
+		case strings.HasPrefix(name, "coredns_pgcluster_redis_leases{"):
+			f, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return s, fmt.Errorf("%s metrics: %s %q: %w", in.name, name, value, err)
+			}
+			s.leases = int(f)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return s, fmt.Errorf("%s metrics: %w", in.name, err)
+	}
+	// redis_leases appears once the instance has held a lease: none is 0.
+	if s.mode == "" {
+		return s, fmt.Errorf("%s metrics: no coredns_pgcluster_redis_mode (is redis in its Corefile?)", in.name)
+	}
+	return s, nil
+}
+
+// readStates reads the fleetState of every instance.
+func readStates(fleet []*instance) ([]fleetState, error) {
+	states := make([]fleetState, len(fleet))
+	for i, in := range fleet {
+		var err error
+		if states[i], err = readState(in); err != nil {
+			return states, err
+		}
+	}
+	return states, nil
+}
+
+// settled reports, as an error, how the fleet differs from every instance
+// in mode and, when coordinated, the leases adding up to nodes.
+func settled(states []fleetState, mode string, nodes int) error {
+	total := 0
+	for i, s := range states {
+		if s.mode != mode {
+			return fmt.Errorf("coredns-%d is in mode %q, not %q", i+1, s.mode, mode)
+		}
+		total += s.leases
+	}
+	if mode == modeCoordinated && total != nodes {
+		return fmt.Errorf("the instances hold %d leases, not one per node (%d)", total, nodes)
+	}
+	return nil
+}
+
+// waitMode polls the fleet's metrics until every instance is in mode and,
+// when coordinated, their leases add up to nodes; or until timeout passes
+// or ctx is done. It returns the states last read.
+func waitMode(ctx context.Context, fleet []*instance, mode string, nodes int, timeout time.Duration) ([]fleetState, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		states, err := readStates(fleet)
+		if err == nil {
+			if err = settled(states, mode, nodes); err == nil {
+				return states, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return states, ctx.Err()
+		case <-deadline.C:
+			return states, fmt.Errorf("after %v: %w", timeout, err)
+		case <-tick.C:
+		}
+	}
+}
+
+// describe renders the fleet's states as "coordinated; leases 1 + 1 + 1".
+func describe(states []fleetState) string {
+	modes := map[string]bool{}
+	var ms, ls []string
+	for _, s := range states {
+		modes[s.mode] = true
+		ms = append(ms, s.mode)
+		ls = append(ls, strconv.Itoa(s.leases))
+	}
+	mode := strings.Join(ms, ", ")
+	if len(modes) == 1 {
+		mode = ms[0]
+	}
+	return mode + "; leases " + strings.Join(ls, " + ")
+}
