@@ -462,6 +462,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
 		}
 		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
+		c.observeLeases()
 	}
 	before := c.members
 	c.members = make(map[string]bool, len(members))

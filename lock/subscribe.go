@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -65,42 +67,86 @@ func (s *Subscriber) Resync() {
 	}
 }
 
+// echoEvery is how often a subscription checks that it still hears what
+// is published: it publishes a marker on a channel of its own and expects
+// it back before the next one.
+const echoEvery = 500 * time.Millisecond
+
 // Subscribe applies statuses until ctx is done, then returns ctx's error.
 // apply is called from this goroutine only, once per newer version of a
 // key: a message or stored status whose version is not above the last one
 // applied for its key is dropped. Subscribe keeps going while Redis is
 // unreachable and resynchronises once it is back. A Subscriber runs one
 // Subscribe at a time.
+//
+// A subscription can be alive and deaf: after a Sentinel failover,
+// go-redis leaves Pub/Sub connections on the old master, where nothing is
+// published any more. So every echoEvery the subscriber publishes a marker
+// to itself through the ordinary client (which follows the master); a
+// marker that did not come back by the next one means subscribing again,
+// which resynchronises.
 func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, version int64, status []byte)) error {
-	ps := s.rdb.Subscribe(ctx, channel(s.prefix))
+	echo, err := echoChannel(s.prefix)
+	if err != nil {
+		return err
+	}
+	tick := time.NewTicker(s.resync)
+	defer tick.Stop()
+	check := time.NewTicker(echoEvery)
+	defer check.Stop()
+	for {
+		if err := s.subscribeOnce(ctx, echo, tick.C, check.C, apply); err != nil {
+			return err
+		}
+	}
+}
+
+// subscribeOnce runs one subscription until ctx is done (its error is
+// returned) or the subscription is found deaf (nil: subscribe again).
+func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check <-chan time.Time, apply func(string, int64, []byte)) error {
+	ps := s.rdb.Subscribe(ctx, channel(s.prefix), echo)
 	defer ps.Close()
 	msgs := ps.ChannelWithSubscriptions(
 		redis.WithChannelHealthCheckInterval(time.Second),
 		redis.WithChannelPingTimeout(CallTimeout),
 		redis.WithChannelReconnectTimeout(CallTimeout),
 	)
-	tick := time.NewTicker(s.resync)
-	defer tick.Stop()
+	pending := false // a marker is out and has not come back
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-tick:
 			s.resyncAll(ctx, apply)
 		case <-s.now:
 			s.resyncAll(ctx, apply)
+		case <-check:
+			if pending {
+				s.fail(fmt.Errorf("lock: the subscription to %q no longer hears what is published (the master changed?): subscribing again", channel(s.prefix)))
+				return nil
+			}
+			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+			// A marker that cannot be published says nothing of the
+			// subscription: Redis is away, and the subscription
+			// reconnects by itself.
+			pending = s.rdb.Publish(cctx, echo, "echo").Err() == nil
+			cancel()
 		case m, ok := <-msgs:
 			if !ok {
 				return fmt.Errorf("lock: subscription to %q closed", channel(s.prefix))
 			}
 			switch m := m.(type) {
 			case *redis.Subscription:
-				if m.Kind == "subscribe" {
+				if m.Kind == "subscribe" && m.Channel == channel(s.prefix) {
 					// First subscription or a reconnect: whatever was
 					// published meanwhile is only in the stored statuses.
 					s.resyncAll(ctx, apply)
 				}
 			case *redis.Message:
+				if m.Channel == echo {
+					pending = false
+					continue
+				}
 				key, v, status, err := parseMessage(m.Payload)
 				if err != nil {
 					s.fail(err)
@@ -120,6 +166,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 			}
 		}
 	}
+}
+
+// echoChannel is a channel of this subscriber's own under prefix, for its
+// markers.
+func echoChannel(prefix string) (string, error) {
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("lock: cannot draw a random channel name: %w", err)
+	}
+	return prefix + "echo:" + hex.EncodeToString(b), nil
 }
 
 // offer applies a status if its version is newer than the key's last one
