@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -251,3 +252,13 @@ func scrub(msg string, u *url.URL) string {
 	}
 	return msg
 }
+
+// redisLog sends go-redis's own messages (a dial that failed, a pool
+// reconnecting) to the debug log: while Redis is away it repeats them
+// several times a second, and the one line that matters, the switch to
+// local mode, is the coordinator's.
+type redisLog struct{}
+
+func (redisLog) Printf(_ context.Context, format string, v ...any) { log.Debugf("go-redis: "+format, v...) }
+
+func init() { redis.SetLogger(redisLog{}) }
