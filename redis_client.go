@@ -259,6 +259,8 @@ func scrub(msg string, u *url.URL) string {
 // local mode, is the coordinator's.
 type redisLog struct{}
 
-func (redisLog) Printf(_ context.Context, format string, v ...any) { log.Debugf("go-redis: "+format, v...) }
+func (redisLog) Printf(_ context.Context, format string, v ...any) {
+	log.Debugf("go-redis: "+format, v...)
+}
 
 func init() { redis.SetLogger(redisLog{}) }
