@@ -319,7 +319,7 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	if had && v == r.version && st.Holder == r.Holder {
 		return // our own write, or a resync of what we have
 	}
-	if had && (v <= r.version || (st.Holder == r.Holder && st.At < r.At)) {
+	if had && (v <= r.version || c.replayed(st, r.status)) {
 		if live {
 			c.observe(func(o Observer) { o.Message("stale") })
 		}
@@ -336,6 +336,19 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	if !had || !sameVerdict(r.progress(), st.progress(), c.cfg.WAL, false) || r.Holder != st.Holder || r.Addr != st.Addr {
 		c.signal()
 	}
+}
+
+// replayed reports whether st, signed or not, is older than the status
+// applied, r, by its holder's clock: a version is not signed, so a status
+// captured earlier could come back with any version. One holder's statuses
+// only go forward in time; another holder's clock may be behind by up to a
+// lease (clocks of a fleet agree far better than that) before its status
+// counts as a replay.
+func (c *Coordinator) replayed(st, r status) bool {
+	if st.Holder == r.Holder {
+		return st.At < r.At
+	}
+	return st.At < r.At-c.ttl.Microseconds()
 }
 
 // signal tells Run's view loop to make a new View. c.mu is held.

@@ -92,4 +92,17 @@ func TestCoordinatorSecret(t *testing.T) {
 	// not count.
 	b.ln.Close()
 	eventually(t, 5*time.Second, "the receiver applies the holder's down verdict", func() bool { return ins[rx].state("c/a") == health.Down })
+
+	// A signed "up" of an earlier holder, captured a minute ago and
+	// replayed with a new version, is stale: the view stays down.
+	old := status{Addr: b.addr, Holder: "earlier", At: time.Now().Add(-time.Minute).UnixMicro(), State: "up", Cause: "ok", OK: 1}
+	stale := obs[rx].count("stale")
+	msg := fmt.Sprintf("%d %d %s%s", huge*2, len("c/a"), "c/a", encode("c/a", old, secret))
+	if err := raw.Publish(ctx, channel("fleet:"), msg).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the replay counted stale", func() bool { return obs[rx].count("stale") > stale })
+	if s := ins[rx].state("c/a"); s != health.Down {
+		t.Fatalf("a replayed old status made the receiver's view %v, want down", s)
+	}
 }
