@@ -74,6 +74,11 @@ type registry struct {
 	served  bool   // a snapshot is served: loaded, or restored from the last instance
 	kept    bool   // holds a place in lastLoads
 
+	// rows is the registry as followed, and fresh how stale_after judged
+	// each node's heartbeat ("cluster/name") when last published.
+	rows  rowSet
+	fresh map[string]int
+
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
 }
@@ -165,23 +170,41 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
+	next, err := r.load(ctx, conn)
+	if err != nil {
+		return err
+	}
+	loadedOK()
+	r.setUp()
+	fullAt := time.Now().Add(r.set.refresh)
 	for {
-		next, err := r.load(ctx, conn)
+		due := min(time.Until(fullAt), next, r.ageTick())
+		ch, err := r.wait(ctx, conn, due)
+		if err != nil {
+			return err
+		}
+		switch {
+		case ch.full || !time.Now().Before(fullAt):
+			next, err = r.load(ctx, conn)
+			fullAt = time.Now().Add(r.set.refresh)
+		case ch.any():
+			next, err = r.loadChanged(ctx, conn, ch)
+		default:
+			next, err = r.checkAges(ctx, conn)
+		}
 		if err != nil {
 			return err
 		}
 		loadedOK()
-		r.setUp()
-		if err := r.wait(ctx, conn, next); err != nil {
-			return err
-		}
 	}
 }
 
-// wait blocks until a notification arrives or the next reload is due,
-// pinging the connection every pingEvery meanwhile, then drains the
-// notifications already received: one reload covers them all.
-func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) error {
+// wait blocks until a notification arrives or d has passed, pinging the
+// connection every pingEvery meanwhile, then drains the notifications
+// already received: one read covers them all. It returns what they say
+// changed.
+func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) (changes, error) {
+	var ch changes
 	due := time.Now().Add(d)
 	for {
 		left := time.Until(due)
@@ -189,16 +212,17 @@ func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) er
 			break
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(left, pingEvery))
-		_, err := conn.WaitForNotification(wctx)
+		n, err := conn.WaitForNotification(wctx)
 		cancel()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ch, ctx.Err()
 		}
 		if err == nil {
+			ch.add(n.Payload)
 			break
 		}
 		if !pgconn.Timeout(err) || wctx.Err() == nil {
-			return err
+			return ch, err
 		}
 		if time.Until(due) <= 0 {
 			break
@@ -207,19 +231,21 @@ func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) er
 		err = conn.Ping(pctx)
 		cancel()
 		if ctx.Err() != nil {
-			return ctx.Err()
+			return ch, ctx.Err()
 		}
 		if err != nil {
-			return fmt.Errorf("no answer to a ping within %s: %w", pingTimeout, err)
+			return ch, fmt.Errorf("no answer to a ping within %s: %w", pingTimeout, err)
 		}
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for {
 		// With a done context this returns only notifications already buffered.
-		if n, _ := conn.WaitForNotification(done); n == nil {
-			return nil
+		n, _ := conn.WaitForNotification(done)
+		if n == nil {
+			return ch, nil
 		}
+		ch.add(n.Payload)
 	}
 }
 
@@ -240,30 +266,71 @@ type aliasRow struct {
 }
 
 // load reads both tables in one repeatable-read snapshot and applies them.
-// It returns how long until the next reload is due.
+// It returns how long until heartbeats must be looked at again.
 func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-
 	nodes, aliases, err := readRegistry(ctx, conn)
 	if err != nil {
 		reloads.WithLabelValues(r.zone(), "error").Inc()
 		return 0, err
 	}
-	loadedAt := time.Now()
+	now := time.Now()
+	r.rows.full(nodeList(nodes), aliasList(aliases), now)
+	return r.publish(start, now), nil
+}
 
-	ns := make([]Node, len(nodes))
-	for i, n := range nodes {
-		ns[i] = n.node()
+// loadChanged reads the rows of the clusters and aliases ch names and
+// applies the registry with them in place of the ones held.
+func (r *registry) loadChanged(ctx context.Context, conn *pgx.Conn, ch changes) (time.Duration, error) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	nodes, aliases, err := readChanged(ctx, conn, ch.clusters, ch.aliases)
+	if err != nil {
+		reloads.WithLabelValues(r.zone(), "error").Inc()
+		return 0, err
 	}
-	as := make([]Alias, len(aliases))
-	for i, a := range aliases {
-		as[i] = Alias{Alias: a.Alias, Target: a.Target}
+	now := time.Now()
+	r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(aliases), now)
+	return r.publish(start, now), nil
+}
+
+// checkAges reads every heartbeat's age (a heartbeat written notifies
+// nothing) and publishes only when stale_after now judges one otherwise.
+func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+	if r.set.staleAfter <= 0 {
+		return r.set.refresh, nil
 	}
-	r.apply(ns, as, loadedAt)
+	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	ages, err := readAges(ctx, conn)
+	if err != nil {
+		return 0, err
+	}
+	now := time.Now()
+	r.rows.setAges(ages, now)
+	nodes := r.rows.nodesAt(now)
+	for _, n := range nodes {
+		if r.fresh[n.Cluster+"/"+n.Name] != freshness(n.HeartbeatAge, r.set.staleAfter) {
+			return r.publish(now, now), nil
+		}
+	}
+	return r.nextReload(nodes), nil
+}
+
+// publish applies the rows held, as of now, and returns how long until
+// heartbeats must be looked at again.
+func (r *registry) publish(start, now time.Time) time.Duration {
+	ns, as := r.rows.nodesAt(now), r.rows.aliasList()
+	r.fresh = make(map[string]int, len(ns))
+	for _, n := range ns {
+		r.fresh[n.Cluster+"/"+n.Name] = freshness(n.HeartbeatAge, r.set.staleAfter)
+	}
+	r.apply(ns, as, now)
 	if r.kept {
-		lastLoads.keep(r.key, ns, as, loadedAt)
+		lastLoads.keep(r.key, ns, as, now)
 	}
 	r.served = true
 	reloads.WithLabelValues(r.zone(), "ok").Inc()
@@ -273,7 +340,23 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, err
 	default:
 		close(r.loaded)
 	}
-	return r.nextReload(ns), nil
+	return r.nextReload(ns)
+}
+
+func nodeList(rows []nodeRow) []Node {
+	ns := make([]Node, len(rows))
+	for i, n := range rows {
+		ns[i] = n.node()
+	}
+	return ns
+}
+
+func aliasList(rows []aliasRow) []Alias {
+	as := make([]Alias, len(rows))
+	for i, a := range rows {
+		as[i] = Alias{Alias: a.Alias, Target: a.Target}
+	}
+	return as
 }
 
 // node converts a scanned row.
@@ -331,8 +414,9 @@ func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
 }
 
 // nextReload is the refresh interval, or sooner when a heartbeat will cross
-// stale_after before then: a fresh one growing stale, or one in the future
-// coming within stale_after of now.
+// stale_after before then (a fresh one growing stale, or one in the future
+// coming within stale_after of now): then heartbeat ages are read again,
+// since writing one notifies nothing.
 func (r *registry) nextReload(nodes []Node) time.Duration {
 	next := r.set.refresh
 	if r.set.staleAfter <= 0 {
@@ -353,6 +437,17 @@ func (r *registry) nextReload(nodes []Node) time.Duration {
 		}
 	}
 	return next
+}
+
+// ageTick is how often heartbeat ages are read when stale_after is set:
+// writing a heartbeat notifies nothing, so a node whose heartbeat comes
+// back is seen within this (one that goes stale is seen on time: see
+// nextReload). Half of stale_after, at most a second.
+func (r *registry) ageTick() time.Duration {
+	if r.set.staleAfter <= 0 {
+		return r.set.refresh
+	}
+	return min(r.set.staleAfter/2, time.Second)
 }
 
 func (r *registry) setUp() {

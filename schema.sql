@@ -1,7 +1,8 @@
 -- pgcluster registry schema.
 --
 -- The cluster protocol (or an operator) writes these tables; every pgcluster
--- instance reads them, LISTENs on pgcluster_changed and reloads on each change.
+-- instance reads them, LISTENs on pgcluster_changed and reads again what
+-- each notification says changed.
 -- Safe to run more than once.
 
 CREATE TABLE IF NOT EXISTS pgcluster_nodes (
@@ -43,20 +44,112 @@ CREATE TABLE IF NOT EXISTS pgcluster_aliases (
   target text NOT NULL      -- a cluster or another alias
 );
 
-CREATE OR REPLACE FUNCTION pgcluster_notify() RETURNS trigger
+-- Notifications say what changed, so that a follower reads only that:
+-- 'nodes:<cluster>' for each cluster whose rows changed, 'aliases:<alias>'
+-- for each alias; the table's name ('pgcluster_nodes', 'pgcluster_aliases')
+-- when too much changed at once or the table was truncated, which a
+-- follower answers with a full reload. An UPDATE that only moves
+-- heartbeats notifies nothing: followers that judge heartbeats (stale_after)
+-- read their ages on a timer of their own. Identical notifications within
+-- a transaction are sent once.
+CREATE OR REPLACE FUNCTION pgcluster_notify_nodes() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
 BEGIN
-  PERFORM pg_notify('pgcluster_changed', TG_TABLE_NAME);
+  IF TG_OP = 'TRUNCATE' THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_nodes');
+    RETURN NULL;
+  ELSIF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT cluster) INTO changed FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT cluster) INTO changed FROM old_rows;
+  ELSE
+    SELECT array_agg(DISTINCT cluster) INTO changed FROM (
+      (SELECT cluster, name, address, port, role, healthy FROM new_rows
+       EXCEPT ALL
+       SELECT cluster, name, address, port, role, healthy FROM old_rows)
+      UNION ALL
+      (SELECT cluster, name, address, port, role, healthy FROM old_rows
+       EXCEPT ALL
+       SELECT cluster, name, address, port, role, healthy FROM new_rows)) d;
+  END IF;
+  IF changed IS NULL THEN
+    RETURN NULL;
+  ELSIF cardinality(changed) > 100
+        OR (SELECT sum(octet_length(c)) FROM unnest(changed) c) > 7000 THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_nodes');
+  ELSE
+    PERFORM pg_notify('pgcluster_changed', 'nodes:' || c) FROM unnest(changed) c;
+  END IF;
   RETURN NULL;
 END;
 $$;
 
-DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
-CREATE TRIGGER pgcluster_nodes_changed
-  AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON pgcluster_nodes
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify();
+CREATE OR REPLACE FUNCTION pgcluster_notify_aliases() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_aliases');
+    RETURN NULL;
+  ELSIF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT alias) INTO changed FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT alias) INTO changed FROM old_rows;
+  ELSE
+    SELECT array_agg(DISTINCT alias) INTO changed FROM (
+      (SELECT alias, target FROM new_rows EXCEPT ALL SELECT alias, target FROM old_rows)
+      UNION ALL
+      (SELECT alias, target FROM old_rows EXCEPT ALL SELECT alias, target FROM new_rows)) d;
+  END IF;
+  IF changed IS NULL THEN
+    RETURN NULL;
+  ELSIF cardinality(changed) > 100
+        OR (SELECT sum(octet_length(a)) FROM unnest(changed) a) > 7000 THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_aliases');
+  ELSE
+    PERFORM pg_notify('pgcluster_changed', 'aliases:' || a) FROM unnest(changed) a;
+  END IF;
+  RETURN NULL;
+END;
+$$;
 
+-- The triggers of earlier versions (one per table, whole-table payloads).
+DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
 DROP TRIGGER IF EXISTS pgcluster_aliases_changed ON pgcluster_aliases;
-CREATE TRIGGER pgcluster_aliases_changed
-  AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON pgcluster_aliases
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify();
+DROP FUNCTION IF EXISTS pgcluster_notify();
+
+-- A trigger with transition tables has one event.
+DROP TRIGGER IF EXISTS pgcluster_nodes_inserted ON pgcluster_nodes;
+CREATE TRIGGER pgcluster_nodes_inserted AFTER INSERT ON pgcluster_nodes
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
+DROP TRIGGER IF EXISTS pgcluster_nodes_updated ON pgcluster_nodes;
+CREATE TRIGGER pgcluster_nodes_updated AFTER UPDATE ON pgcluster_nodes
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
+DROP TRIGGER IF EXISTS pgcluster_nodes_deleted ON pgcluster_nodes;
+CREATE TRIGGER pgcluster_nodes_deleted AFTER DELETE ON pgcluster_nodes
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
+DROP TRIGGER IF EXISTS pgcluster_nodes_truncated ON pgcluster_nodes;
+CREATE TRIGGER pgcluster_nodes_truncated AFTER TRUNCATE ON pgcluster_nodes
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
+
+DROP TRIGGER IF EXISTS pgcluster_aliases_inserted ON pgcluster_aliases;
+CREATE TRIGGER pgcluster_aliases_inserted AFTER INSERT ON pgcluster_aliases
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
+DROP TRIGGER IF EXISTS pgcluster_aliases_updated ON pgcluster_aliases;
+CREATE TRIGGER pgcluster_aliases_updated AFTER UPDATE ON pgcluster_aliases
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
+DROP TRIGGER IF EXISTS pgcluster_aliases_deleted ON pgcluster_aliases;
+CREATE TRIGGER pgcluster_aliases_deleted AFTER DELETE ON pgcluster_aliases
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
+DROP TRIGGER IF EXISTS pgcluster_aliases_truncated ON pgcluster_aliases;
+CREATE TRIGGER pgcluster_aliases_truncated AFTER TRUNCATE ON pgcluster_aliases
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();

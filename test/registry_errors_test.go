@@ -72,7 +72,9 @@ CREATE ROLE dns LOGIN PASSWORD '`+password+`';`)
 
 	// A column goes missing: the next load fails.
 	pg.MustExec(t, "ALTER TABLE pgcluster_nodes DROP COLUMN healthy")
-	pg.MustExec(t, "UPDATE pgcluster_aliases SET target = 'local'") // a notification: reload
+	// A notification that asks for a full reload (as after a TRUNCATE, or
+	// the refresh poll): the read of pgcluster_nodes fails.
+	pg.MustExec(t, "SELECT pg_notify('pgcluster_changed', 'pgcluster_nodes')")
 	line = logged(t, buf, "column is missing")
 	for _, want := range []string{
 		"has a registry schema older than this version",
