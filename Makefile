@@ -4,6 +4,9 @@
 #   make test    install what is missing, then vet, gofmt and every test
 #   make run     install what is missing, build, start the local demo
 #   make bench   the benchmarks
+#   make image   the container image (podman), FROM scratch: see Containerfile
+#   make test-build  the deployment tests alone: a CoreDNS built through
+#                plugin.cfg, the image, deploy/'s Corefiles, manifests and unit
 #   make clean   remove what the build wrote
 
 # Go lives in /usr/local/go on the machines this runs on; it need not be on PATH.
@@ -15,7 +18,13 @@ TESTFLAGS  ?=
 RUN_ARGS   ?=
 PGDISCOVER := $(if $(wildcard cmd/pgdiscover/*.go),bin/pgdiscover)
 
-.PHONY: all build setup test vet fmt-check run bench clean
+# make image: the image's name, and the directory its build context is
+# staged in (the static binary, the CA bundle, deploy/image/'s files).
+IMAGE      ?= localhost/pgcluster-coredns:latest
+IMAGE_DIR  ?= bin/image
+GIT_COMMIT := $(shell git describe --always --dirty 2>/dev/null)
+
+.PHONY: all build setup test test-build vet fmt-check run bench image clean
 
 all: build
 
@@ -42,6 +51,10 @@ test: setup
 	@$(MAKE) --no-print-directory fmt-check
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(TESTFLAGS) ./...
 
+# The deployment tests (deploy/): also part of make test.
+test-build: setup
+	$(GO) test -count=1 -v -timeout 30m $(TESTFLAGS) ./deploy/
+
 run: setup
 	@$(MAKE) --no-print-directory build
 	$(GO) build -o bin/demo ./internal/cmd/demo
@@ -49,6 +62,16 @@ run: setup
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+# A static binary (CGO_ENABLED=0: no libc in the image) and the files of
+# deploy/image/, built into an image FROM scratch: nothing is pulled.
+image: setup
+	mkdir -p $(IMAGE_DIR)
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w -X github.com/coredns/coredns/coremain.GitCommit=$(GIT_COMMIT)' \
+		-o $(IMAGE_DIR)/coredns ./cmd/coredns
+	cp deploy/image/passwd deploy/image/group deploy/image/Corefile /etc/ssl/certs/ca-certificates.crt $(IMAGE_DIR)/
+	podman build --pull=never -f Containerfile -t $(IMAGE) $(IMAGE_DIR)
+	@podman image inspect --format '$(IMAGE): {{.Size}} bytes' $(IMAGE)
 
 clean:
 	rm -rf bin

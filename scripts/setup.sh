@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # setup.sh installs what pgcluster's tests and demo need and is missing:
 # redis-server, the PostgreSQL server binaries (initdb, pg_ctl), dig and
-# dnsperf (the load tool of the answer measurements), then downloads the Go
-# modules. It is idempotent: it installs nothing that is
-# present. As root on Debian it installs with apt-get; as another user it says
-# what is missing and how to install it.
+# dnsperf (the load tool of the answer measurements), podman (make image and
+# its test), systemd-analyze (the systemd unit's test) and the CA
+# certificates the image ships, then downloads the Go modules. It is
+# idempotent: it installs nothing that is present. As root on Debian it
+# installs with apt-get; as another user it says what is missing and how to
+# install it.
 #
 # No service is left running: tests start their own servers on free ports, so
 # nothing may listen on a fixed port (6379, 5432) while they run.
@@ -43,6 +45,9 @@ need redis-server redis-server command -v redis-server
 need "PostgreSQL server (initdb)" postgresql have_initdb
 need dig dnsutils command -v dig
 need dnsperf dnsperf command -v dnsperf
+need podman podman command -v podman
+need systemd-analyze systemd command -v systemd-analyze
+need "CA certificates" ca-certificates test -s /etc/ssl/certs/ca-certificates.crt
 
 if [ ${#missing[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ]; then
