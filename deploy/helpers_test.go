@@ -5,7 +5,6 @@ package deploy
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -84,7 +83,7 @@ func freePorts() (ports, error) {
 	seen := map[int]bool{}
 	for _, dst := range []*int{&p.DNS, &p.Health, &p.Ready, &p.Metrics} {
 		for {
-			port, err := freePort()
+			port, err := proc.FreeDNSPort()
 			if err != nil {
 				return p, err
 			}
@@ -96,26 +95,6 @@ func freePorts() (ports, error) {
 		}
 	}
 	return p, nil
-}
-
-// freePort returns a loopback port that is free for TCP and UDP.
-func freePort() (int, error) {
-	var last error
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free loopback port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
-		last = err
-	}
-	return 0, errors.Join(errors.New("no loopback port free for both TCP and UDP"), last)
 }
 
 // The listeners of the Corefiles in deploy/ that localize moves to loopback.
@@ -150,7 +129,7 @@ func localize(corefile string, p ports) (string, error) {
 type instance struct {
 	ports
 	p   *proc.Process
-	log *syncBuffer
+	log *proc.Buffer
 }
 
 // runCoreDNS starts the command mk returns for free loopback ports and waits
@@ -184,7 +163,7 @@ func startCoreDNS(t testing.TB, mk func(p ports) (*exec.Cmd, error)) *instance {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{ports: p, log: &syncBuffer{}}
+	in := &instance{ports: p, log: &proc.Buffer{}}
 	cmd.Stdout, cmd.Stderr = in.log, in.log
 	if in.p, err = proc.Start(cmd); err != nil {
 		t.Fatal(err)
@@ -369,22 +348,4 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(binPath))
 	}
 	os.Exit(code)
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

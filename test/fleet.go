@@ -1,8 +1,6 @@
 package test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,7 +39,7 @@ type Instance struct {
 	addr    string // DNS, host:port
 	metrics string // prometheus port, "" when the Corefile has none
 	p       *proc.Process
-	log     *syncBuffer
+	log     *proc.Buffer
 }
 
 // StartFleetInstance runs the built bin/coredns with corefile as a separate
@@ -77,14 +74,14 @@ func StartFleetInstanceNoWait(t testing.TB, corefile string) *Instance {
 		t.Fatalf("the fleet Corefile has no %s where the DNS port goes:\n%s", PortPlaceholder, corefile)
 	}
 	bin := coreDNSBinary(t)
-	port, err := freeDNSPort()
+	port, err := proc.FreeDNSPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &Instance{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: &syncBuffer{}}
+	in := &Instance{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), log: &proc.Buffer{}}
 	corefile = strings.ReplaceAll(corefile, PortPlaceholder, strconv.Itoa(port))
 	if strings.Contains(corefile, MetricsPlaceholder) {
-		mport, err := freeDNSPort()
+		mport, err := proc.FreeDNSPort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,43 +201,4 @@ func (in *Instance) Thaw() {
 	if err := in.p.Thaw(); err != nil {
 		in.t.Fatalf("thaw coredns instance on %s: %v", in.addr, err)
 	}
-}
-
-// freeDNSPort returns a loopback port that was free a moment ago for both
-// TCP and UDP, as a DNS server binds both.
-func freeDNSPort() (int, error) {
-	var last error
-	for range 10 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, fmt.Errorf("find a free loopback port: %w", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		l.Close()
-		if err == nil {
-			u.Close()
-			return port, nil
-		}
-		last = err
-	}
-	return 0, errors.Join(errors.New("no loopback port free for both TCP and UDP"), last)
-}
-
-// syncBuffer is a bytes.Buffer safe for the writer goroutine and readers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestDemo starts the demo as make run does — the registry, a real
@@ -36,7 +36,7 @@ func TestDemo(t *testing.T) {
 	// stop removes (the demo binary starts once per process; this test
 	// may run more than once).
 	pgtest.New(t)
-	out := &syncBuffer{}
+	out := &proc.Buffer{}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -168,24 +168,6 @@ func buildCoreDNS(t *testing.T) string {
 		t.Fatalf("go build ./cmd/coredns: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// syncBuffer is a bytes.Buffer that the demo's writers and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func TestCheckFree(t *testing.T) {
