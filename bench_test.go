@@ -128,3 +128,31 @@ func BenchmarkApply(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkBuildScale is a whole-zone build at a provider's scale: nodes
+// spread over clusters of ten, with an alias per cluster. Issue 9 guards
+// that no quadratic path is left in building.
+func BenchmarkBuildScale(b *testing.B) {
+	for _, n := range []int{10000, 50000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			clusters := n / 10
+			nodes := make([]Node, n)
+			for i := range nodes {
+				role := "standby"
+				if i%10 == 0 {
+					role = "primary"
+				}
+				nodes[i] = node(fmt.Sprintf("c%d", i/10), fmt.Sprintf("n%d", i%10), benchAddr(i).String(), role)
+			}
+			aliases := make([]Alias, 0, 1000)
+			for i := range 1000 {
+				aliases = append(aliases, Alias{fmt.Sprintf("a%d", i), fmt.Sprintf("c%d", i*clusters/1000)})
+			}
+			set := &settings{zones: []string{testZone}, ttl: 5}
+			b.ReportAllocs()
+			for b.Loop() {
+				build(buildInput{settings: set, nodes: nodes, aliases: aliases})
+			}
+		})
+	}
+}

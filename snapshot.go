@@ -5,7 +5,7 @@ import (
 	"hash/fnv"
 	"net"
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,7 +83,7 @@ func build(in buildInput) *snapshot {
 	aliases := s.resolveAliases(in.aliases, clusters, zoneLen)
 
 	for _, z := range in.zones {
-		b := &builder{s: s, in: in, zone: z}
+		b := &builder{s: s, in: in, zone: z, owners: map[string][]string{}}
 		b.apex()
 		for _, c := range clusters {
 			b.cluster(c)
@@ -103,6 +103,10 @@ type builder struct {
 	s    *snapshot
 	in   buildInput
 	zone string
+	// owners holds, by cluster, the names written under it, so that an
+	// alias twins its target's names without scanning the whole zone.
+	owners map[string][]string
+	cur    string // the cluster being written, "" outside one
 }
 
 func (b *builder) name(labels ...string) string {
@@ -114,6 +118,9 @@ func (b *builder) entry(name string) *entry {
 	if e == nil {
 		e = &entry{}
 		b.s.names[name] = e
+		if b.cur != "" {
+			b.owners[b.cur] = append(b.owners[b.cur], name)
+		}
 	}
 	return e
 }
@@ -141,6 +148,8 @@ func (b *builder) addresses(e *entry, name string, addrs []netip.Addr) {
 }
 
 func (b *builder) cluster(c *cluster) {
+	b.cur = c.name
+	defer func() { b.cur = "" }()
 	serving := func(m *member) bool { return m.serving }
 	// down: a node the registry allows but whose check fails; all_down
 	// open answers these when none of a set serves.
@@ -215,14 +224,7 @@ func (b *builder) set(clusterName, label string, members, open []*member) {
 // a twin under the alias, a CNAME to the same label under target.
 func (b *builder) alias(alias, target, final string) {
 	finalApex := b.name(final)
-	suffix := "." + finalApex
-	var owners []string
-	for name := range b.s.names {
-		if name == finalApex || strings.HasSuffix(name, suffix) {
-			owners = append(owners, name)
-		}
-	}
-	sort.Strings(owners)
+	owners := slices.Sorted(slices.Values(b.owners[final]))
 	for _, name := range owners {
 		prefix := strings.TrimSuffix(strings.TrimSuffix(name, finalApex), ".")
 		from, to := b.name(alias), b.name(target)
