@@ -60,8 +60,12 @@ run: setup
 	$(GO) build -o bin/demo ./internal/cmd/demo
 	./bin/demo -coredns bin/coredns $(RUN_ARGS)
 
+# The Go benchmarks, then test/'s end-to-end ones, each run once: the
+# fleet (issue 8) and the registry at scale (issue 9, under 10 minutes).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/test$$')
+	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./test/
+	$(GO) test -run '^$$' -bench RegistryScale -benchtime 1x -timeout 30m ./test/
 
 # A static binary (CGO_ENABLED=0: no libc in the image) and the files of
 # deploy/image/, built into an image FROM scratch: nothing is pulled.
