@@ -31,10 +31,7 @@ func BenchmarkFleet(b *testing.B) {
 	rs := redistest.Start(b)
 	f := newFleet(b, fleetOptions{interval: interval, timeout: timeout, backends: 10})
 	corefile := f.corefile(rs.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(b, corefile))
-	}
+	ins := startInstances(b, corefile, 3)
 	Eventually(b, 30*time.Second, coordinated(b, ins, len(f.backends)))
 	Eventually(b, 30*time.Second, answersExactly(ins, f.hosts()))
 	time.Sleep(2 * interval) // let the first probes and takes settle before measuring

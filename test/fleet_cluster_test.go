@@ -41,10 +41,7 @@ func TestFleetRedisCluster(t *testing.T) {
 	rc := redistest.StartCluster(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 6, extra: []string{"redis_prefix " + fleetPrefix}})
 	corefile := f.corefile(rc.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(t, corefile))
-	}
+	ins := startInstances(t, corefile, 3)
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 	// The statuses are on every master: a resync must read them all.

@@ -29,10 +29,7 @@ func TestFleetUnderLoad(t *testing.T) {
 	rs := redistest.Start(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 4})
 	corefile := f.corefile(rs.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(t, corefile))
-	}
+	ins := startInstances(t, corefile, 3)
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 
 	queries := filepath.Join(t.TempDir(), "queries")

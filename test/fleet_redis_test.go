@@ -138,6 +138,16 @@ func (f *fleet) hosts(except ...int) []string {
 	return out
 }
 
+// startInstances starts n fleet instances with corefile.
+func startInstances(t testing.TB, corefile string, n int) []*Instance {
+	t.Helper()
+	var ins []*Instance
+	for range n {
+		ins = append(ins, StartFleetInstance(t, corefile))
+	}
+	return ins
+}
+
 // answers returns the addresses an instance answers for local.<zone>.
 func answers(in *Instance) ([]string, error) {
 	m, err := Exchange("udp", in.Addr(), "local."+Zone, dns.TypeA)
@@ -300,10 +310,7 @@ func TestFleetRedis(t *testing.T) {
 	rs := redistest.Start(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 6})
 	corefile := f.corefile(rs.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(t, corefile))
-	}
+	ins := startInstances(t, corefile, 3)
 	Eventually(t, 20*time.Second, answersExactly(ins, f.hosts()))
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 
@@ -425,10 +432,7 @@ func TestFleetRedisOutage(t *testing.T) {
 	rs := redistest.Start(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 4})
 	corefile := f.corefile(rs.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(t, corefile))
-	}
+	ins := startInstances(t, corefile, 3)
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 

@@ -112,10 +112,7 @@ func TestFleetSentinel(t *testing.T) {
 	g := redistest.StartSentinel(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 4, extra: []string{"redis_prefix " + fleetPrefix}})
 	corefile := f.corefile(g.URL())
-	var ins []*Instance
-	for range 3 {
-		ins = append(ins, StartFleetInstance(t, corefile))
-	}
+	ins := startInstances(t, corefile, 3)
 	first := g.Master()
 	Eventually(t, 20*time.Second, all(coordinated(t, ins, len(f.backends)), f.keptBy(t, first, len(ins), time.Now())))
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
