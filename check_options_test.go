@@ -12,11 +12,7 @@ func TestSetupCheckOptions(t *testing.T) {
 	block := func(lines ...string) string {
 		return "pgcluster {\n postgres " + dsn + "\n " + strings.Join(lines, "\n ") + "\n}"
 	}
-	tests := []struct {
-		input   string
-		errPart string
-		check   func(t *testing.T, cfg *settings)
-	}{
+	tests := []optionCase{
 		{block(), "", func(t *testing.T, cfg *settings) {
 			if cfg.checksOn() || cfg.interval != 2*time.Second || cfg.timeout != time.Second || cfg.rise != 2 || cfg.fall != 2 || cfg.allDown != "open" || cfg.maxLag != 0 {
 				t.Errorf("defaults: checks off, 2s, 1s, 2, 2, open; got %+v", cfg)
@@ -63,6 +59,20 @@ func TestSetupCheckOptions(t *testing.T) {
 		{block("check postgres", "max_lag 16XB"), "max_lag", nil},
 		{block("check tcp", "all_down maybe"), "all_down: want open or closed", nil},
 	}
+	runOptionCases(t, tests)
+}
+
+// optionCase is a pgcluster block and what parsing it gives: an error
+// containing errPart, or (errPart "") settings that check accepts.
+type optionCase struct {
+	input   string
+	errPart string
+	check   func(t *testing.T, cfg *settings)
+}
+
+// runOptionCases parses each case's block as setup does and checks it.
+func runOptionCases(t *testing.T, tests []optionCase) {
+	t.Helper()
 	for i, tc := range tests {
 		c := caddy.NewTestController("dns", tc.input)
 		c.ServerBlockKeys = []string{"pgcluster.lan.:53"}

@@ -17,11 +17,7 @@ func TestSetupRedisOptions(t *testing.T) {
 	block := func(lines ...string) string {
 		return "pgcluster {\n postgres " + dsn + "\n " + strings.Join(lines, "\n ") + "\n}"
 	}
-	tests := []struct {
-		input   string
-		errPart string
-		check   func(t *testing.T, cfg *settings)
-	}{
+	tests := []optionCase{
 		{block(), "", func(t *testing.T, cfg *settings) {
 			if cfg.redisURL != "" || cfg.redisPrefix != "" || cfg.redisSecret != nil {
 				t.Errorf("defaults: no Redis, no prefix, no secret; got %q %q %q", cfg.redisURL, cfg.redisPrefix, cfg.redisSecret)
@@ -91,22 +87,7 @@ func TestSetupRedisOptions(t *testing.T) {
 		{block("check tcp", "redis redis://h", "redis_prefix "+strings.Repeat("p", 201)), "is 201 bytes; give 1 to 200", nil},
 		{block("check tcp", "redis redis://h", "redis_secret 0123456789abcde"), "redis_secret: 15 bytes is too short: it is the HMAC key that signs every status", nil},
 	}
-	for i, tc := range tests {
-		c := caddy.NewTestController("dns", tc.input)
-		c.ServerBlockKeys = []string{"pgcluster.lan.:53"}
-		_, cfg, err := parse(c)
-		if tc.errPart == "" {
-			if err != nil {
-				t.Errorf("test %d: unexpected error %v", i, err)
-			} else if tc.check != nil {
-				tc.check(t, cfg)
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tc.errPart) {
-			t.Errorf("test %d: error %v, want one containing %q", i, err, tc.errPart)
-		}
-	}
+	runOptionCases(t, tests)
 }
 
 // TestSetupRedisPrefixDefault: the default prefix is made from the first
