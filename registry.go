@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net"
 	"net/netip"
@@ -44,11 +45,11 @@ const (
 	// nodesQuery measures each heartbeat's age with PostgreSQL's clock. No row
 	// can make it fail: an infinite heartbeat (which the subtraction refuses)
 	// is infinitely old or young, and a missing one counts as infinitely old.
-	nodesQuery = `SELECT cluster, name, address, port, role, healthy,
-  CASE WHEN heartbeat IS NULL OR heartbeat = '-infinity' THEN 'Infinity'::float8
+	heartbeatAgeColumn = `CASE WHEN heartbeat IS NULL OR heartbeat = '-infinity' THEN 'Infinity'::float8
        WHEN heartbeat = 'infinity' THEN '-Infinity'::float8
        ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
-  END AS heartbeat_age
+  END AS heartbeat_age`
+	nodesQuery = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `
 FROM pgcluster_nodes`
 	aliasesQuery = `SELECT alias, target FROM pgcluster_aliases`
 )
@@ -170,7 +171,7 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
-	next, err := r.load(ctx, conn)
+	next, err := r.load(ctx, conn, nil)
 	if err != nil {
 		return err
 	}
@@ -185,10 +186,10 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 		}
 		switch {
 		case ch.full || !time.Now().Before(fullAt):
-			next, err = r.load(ctx, conn)
+			next, err = r.load(ctx, conn, nil)
 			fullAt = time.Now().Add(r.set.refresh)
 		case ch.any():
-			next, err = r.loadChanged(ctx, conn, ch)
+			next, err = r.load(ctx, conn, &ch)
 		default:
 			next, err = r.checkAges(ctx, conn)
 		}
@@ -265,35 +266,25 @@ type aliasRow struct {
 	Target string `db:"target"`
 }
 
-// load reads both tables in one repeatable-read snapshot and applies them.
-// It returns how long until heartbeats must be looked at again.
-func (r *registry) load(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
+// load reads the rows ch names (all of both tables when ch is nil or asks
+// for a full read) in one repeatable-read snapshot and applies the registry
+// with them in place of the ones held. It returns how long until heartbeats
+// must be looked at again.
+func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	nodes, aliases, err := readRegistry(ctx, conn)
+	nodes, as, err := readRegistry(ctx, conn, ch)
 	if err != nil {
 		reloads.WithLabelValues(r.zone(), "error").Inc()
 		return 0, err
 	}
 	now := time.Now()
-	r.rows.full(nodeList(nodes), aliasList(aliases), now)
-	return r.publish(start, now), nil
-}
-
-// loadChanged reads the rows of the clusters and aliases ch names and
-// applies the registry with them in place of the ones held.
-func (r *registry) loadChanged(ctx context.Context, conn *pgx.Conn, ch changes) (time.Duration, error) {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
-	defer cancel()
-	nodes, aliases, err := readChanged(ctx, conn, ch.clusters, ch.aliases)
-	if err != nil {
-		reloads.WithLabelValues(r.zone(), "error").Inc()
-		return 0, err
+	if ch == nil || ch.full {
+		r.rows.full(nodeList(nodes), aliasList(as), now)
+	} else {
+		r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(as), now)
 	}
-	now := time.Now()
-	r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(aliases), now)
 	return r.publish(start, now), nil
 }
 
@@ -384,22 +375,36 @@ func heartbeatAge(seconds float64) time.Duration {
 	return time.Duration(ns)
 }
 
-// readRegistry reads both tables in one repeatable-read, read-only
-// transaction, sent as one batch: one round trip.
-func readRegistry(ctx context.Context, conn *pgx.Conn) ([]nodeRow, []aliasRow, error) {
+// readRegistry reads, in one repeatable-read, read-only transaction sent as
+// one batch (one round trip), every row of both tables (ch nil or asking for
+// a full read), or the rows of the clusters and aliases ch names.
+func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, []aliasRow, error) {
+	all := ch == nil || ch.full
+	var clusters, aliases map[string]bool
+	if !all {
+		clusters, aliases = ch.clusters, ch.aliases
+	}
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	nq := b.Queue(nodesQuery)
-	aq := b.Queue(aliasesQuery)
-	b.Queue("COMMIT")
 	var nodes []nodeRow
-	var aliases []aliasRow
-	nq.Query(collect(&nodes, "pgcluster_nodes"))
-	aq.Query(collect(&aliases, "pgcluster_aliases"))
+	var as []aliasRow
+	switch {
+	case all:
+		b.Queue(nodesQuery).Query(collect(&nodes, "pgcluster_nodes"))
+	case len(clusters) > 0:
+		b.Queue(nodesQuery+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
+	}
+	switch {
+	case all:
+		b.Queue(aliasesQuery).Query(collect(&as, "pgcluster_aliases"))
+	case len(aliases) > 0:
+		b.Queue(aliasesQuery+" WHERE alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
+	}
+	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, nil, err
 	}
-	return nodes, aliases, nil
+	return nodes, as, nil
 }
 
 // collect returns a batch callback that scans every row of table into dst.

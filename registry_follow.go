@@ -144,11 +144,7 @@ func freshness(age, staleAfter time.Duration) int {
 }
 
 // agesQuery reads only what stale_after needs.
-const agesQuery = `SELECT cluster || '/' || name AS key,
-  CASE WHEN heartbeat IS NULL OR heartbeat = '-infinity' THEN 'Infinity'::float8
-       WHEN heartbeat = 'infinity' THEN '-Infinity'::float8
-       ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
-  END AS heartbeat_age
+const agesQuery = `SELECT cluster || '/' || name AS key, ` + heartbeatAgeColumn + `
 FROM pgcluster_nodes`
 
 // readAges reads every node's heartbeat age.
@@ -165,24 +161,4 @@ func readAges(ctx context.Context, conn *pgx.Conn) (map[string]time.Duration, er
 		return nil
 	})
 	return ages, err
-}
-
-// readChanged reads the rows of the clusters and aliases named, in one
-// repeatable-read, read-only transaction sent as one batch.
-func readChanged(ctx context.Context, conn *pgx.Conn, clusters, aliases map[string]bool) ([]nodeRow, []aliasRow, error) {
-	b := &pgx.Batch{}
-	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-	var nodes []nodeRow
-	var as []aliasRow
-	if len(clusters) > 0 {
-		b.Queue(nodesQuery+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
-	}
-	if len(aliases) > 0 {
-		b.Queue(aliasesQuery+" WHERE alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
-	}
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, err
-	}
-	return nodes, as, nil
 }

@@ -157,7 +157,7 @@ func TestFollowChangesMatchFullRead(t *testing.T) {
 			}
 		}
 		marker(t, pg, f, round)
-		nodes, aliases, err := readRegistry(ctx, conn)
+		nodes, aliases, err := readRegistry(ctx, conn, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -128,7 +128,7 @@ func TestRegistryOddRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(ctx)
-	if _, err := r.load(ctx, conn); err != nil {
+	if _, err := r.load(ctx, conn, nil); err != nil {
 		t.Fatalf("load: %v", err)
 	}
 	byName := map[string]Node{}
