@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
@@ -21,64 +22,57 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		probes.WithLabelValues(zone, check, cause).Inc()
 		probeDuration.WithLabelValues(zone, check).Observe(d.Seconds())
 	})
-	var coord *lock.Coordinator
-	if cfg.redisURL != "" {
-		rdb, err := newRedisClient(cfg.redisURL)
-		if err != nil {
-			return nil, err
-		}
-		coord, err = lock.NewCoordinator(rdb, lock.Config{
-			Prefix:   cfg.redisPrefix,
-			Interval: cfg.interval,
-			Timeout:  cfg.timeout,
-			Secret:   cfg.redisSecret,
-			WAL:      cfg.maxLag > 0,
-			Logf:     func(format string, args ...any) { log.Infof("Redis: "+format, args...) },
-			Observer: fleetObserver{zone},
-		})
-		if err != nil {
-			rdb.Close()
-			return nil, err
-		}
-		hc.Shared = coord
-		pb.waitView = true // answer only once the fleet's statuses are read
+	if cfg.redisURL == "" {
 		c, err := health.New(hc)
 		if err != nil {
-			rdb.Close()
 			return nil, err
 		}
-		coord.SetProbeNow(c.ProbeNow)
-		pb.targets = func(ts []health.Target) {
-			coord.SetTargets(ts)
-			c.SetTargets(ts)
-		}
+		pb.targets = c.SetTargets
 		done := make(chan struct{})
-		checker, coordinator := make(chan struct{}), make(chan struct{})
 		go func() {
-			defer close(checker)
-			c.Run(ctx, nil)
-		}()
-		go func() {
-			defer close(coordinator)
-			coord.Run(ctx, pb.setView)
-		}()
-		go func() {
-			<-checker
-			<-coordinator
-			rdb.Close()
-			close(done)
+			defer close(done)
+			c.Run(ctx, pb.setView)
 		}()
 		return done, nil
 	}
-	c, err := health.New(hc)
+
+	rdb, err := newRedisClient(cfg.redisURL)
 	if err != nil {
 		return nil, err
 	}
-	pb.targets = c.SetTargets
+	coord, err := lock.NewCoordinator(rdb, lock.Config{
+		Prefix:   cfg.redisPrefix,
+		Interval: cfg.interval,
+		Timeout:  cfg.timeout,
+		Secret:   cfg.redisSecret,
+		WAL:      cfg.maxLag > 0,
+		Logf:     func(format string, args ...any) { log.Infof("Redis: "+format, args...) },
+		Observer: fleetObserver{zone},
+	})
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	hc.Shared = coord
+	c, err := health.New(hc)
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	coord.SetProbeNow(c.ProbeNow)
+	pb.waitView = true // answer only once the fleet's statuses are read
+	pb.targets = func(ts []health.Target) {
+		coord.SetTargets(ts)
+		c.SetTargets(ts)
+	}
 	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx, nil) }) // the coordinator's View is the one answered from
+	wg.Go(func() { coord.Run(ctx, pb.setView) })
 	go func() {
-		defer close(done)
-		c.Run(ctx, pb.setView)
+		wg.Wait()
+		rdb.Close()
+		close(done)
 	}()
 	return done, nil
 }
