@@ -15,14 +15,15 @@ const membersSuffix = "members"
 func membersKey(prefix string) string { return prefix + membersSuffix }
 
 // heartbeatScript renews the caller's membership for ARGV[2] ms, drops the
-// lapsed ones, and returns Redis's time and the live members.
+// lapsed ones, and returns Redis's time in µs (exact in Lua's numbers until
+// the year 2255) and the live members.
 var heartbeatScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-return {t[1], t[2], redis.call('ZRANGE', KEYS[1], 0, -1)}
+return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('ZRANGE', KEYS[1], 0, -1)}
 `)
 
 // Heartbeat renews this instance's membership for ttl and returns the live
@@ -37,23 +38,17 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl time.Duration) (members []st
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: %w", err)
 	}
-	if len(res) != 3 {
+	us, ok := res[0].(int64)
+	if len(res) != 2 || !ok {
 		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
 	}
-	var sec, usec int64
-	if _, err := fmt.Sscan(fmt.Sprint(res[0]), &sec); err != nil {
-		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: Redis time %v: %w", res[0], err)
-	}
-	if _, err := fmt.Sscan(fmt.Sprint(res[1]), &usec); err != nil {
-		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: Redis time %v: %w", res[1], err)
-	}
-	list, _ := res[2].([]any)
+	list, _ := res[1].([]any)
 	for _, m := range list {
 		if s, ok := m.(string); ok {
 			members = append(members, s)
 		}
 	}
-	return members, time.Unix(sec, usec*1000), nil
+	return members, time.UnixMicro(us), nil
 }
 
 // Leave ends this instance's membership at once.
