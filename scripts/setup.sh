@@ -2,8 +2,9 @@
 # setup.sh installs what pgcluster's tests and demo need and is missing:
 # redis-server, the PostgreSQL server binaries (initdb, pg_ctl), dig and
 # dnsperf (the load tool of the answer measurements), podman (make image and
-# its test), systemd-analyze (the systemd unit's test) and the CA
-# certificates the image ships, then downloads the Go modules. It is
+# its test), systemd-analyze (the systemd unit's test), promtool (Debian's
+# prometheus package: the alerting rules' tests in deploy/monitoring/) and
+# the CA certificates the image ships, then downloads the Go modules. It is
 # idempotent: it installs nothing that is present. As root on Debian it
 # installs with apt-get; as another user it says what is missing and how to
 # install it.
@@ -47,6 +48,7 @@ need dig dnsutils command -v dig
 need dnsperf dnsperf command -v dnsperf
 need podman podman command -v podman
 need systemd-analyze systemd command -v systemd-analyze
+need promtool prometheus command -v promtool
 need "CA certificates" ca-certificates test -s /etc/ssl/certs/ca-certificates.crt
 
 if [ ${#missing[@]} -gt 0 ]; then
@@ -66,7 +68,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	say "apt-get install -y ${missing[*]}"
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	for svc in redis-server postgresql; do
+	for svc in redis-server postgresql prometheus; do
 		if [[ " ${missing[*]} " == *" $svc "* ]]; then
 			service "$svc" stop >/dev/null 2>&1 || true
 			say "$svc: installed, service stopped (tests start their own on free ports)"
