@@ -58,6 +58,9 @@ type Options struct {
 	Dir string
 	// Settings are extra "-c name=value" server settings.
 	Settings map[string]string
+	// TLS, when set, is the certificate the server presents: it starts with
+	// ssl = on (see tls.go). Connections may still be made without TLS.
+	TLS *TLS
 }
 
 // host returns the address the server is to listen on, or an error when it
@@ -137,6 +140,10 @@ func Start(opts Options) (*Postgres, error) {
 	}
 	if err := p.configure(opts.Settings, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"+
 		"wal_level = replica\nmax_wal_senders = 10\n"); err != nil {
+		os.RemoveAll(p.Dir)
+		return nil, err
+	}
+	if err := p.configureTLS(opts.TLS); err != nil {
 		os.RemoveAll(p.Dir)
 		return nil, err
 	}

@@ -48,6 +48,10 @@ func StartStandby(primary *Postgres, opts Options) (*Postgres, error) {
 		os.RemoveAll(p.Dir)
 		return nil, err
 	}
+	if err := p.configureTLS(opts.TLS); err != nil {
+		os.RemoveAll(p.Dir)
+		return nil, err
+	}
 	if err := p.listen(opts.Port); err != nil {
 		os.RemoveAll(p.Dir)
 		return nil, err
