@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +63,7 @@ type Server struct {
 	name string // what the log lines are prefixed with
 	logw io.Writer
 	args func(port int) ([]string, error) // the command line for a port
+	tls  *tls.Config                      // the clients' TLS settings; nil: plain TCP
 
 	mu   sync.Mutex
 	port int
@@ -90,6 +92,12 @@ func serverArgs(dir, loglevel string, extra ...string) func(int) ([]string, erro
 // startServer starts a server on a free port, trying another port when
 // the process exits before answering (the port was taken meanwhile).
 func startServer(dir string, logw io.Writer, name string, args func(int) ([]string, error)) (*Server, error) {
+	return startServerTLS(dir, logw, name, args, nil)
+}
+
+// startServerTLS is startServer for a server that clients reach over TLS
+// with tlsc (nil: plain TCP).
+func startServerTLS(dir string, logw io.Writer, name string, args func(int) ([]string, error), tlsc *tls.Config) (*Server, error) {
 	bin, err := Binary()
 	if err != nil {
 		return nil, err
@@ -100,7 +108,7 @@ func startServer(dir string, logw io.Writer, name string, args func(int) ([]stri
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	s := &Server{bin: bin, dir: dir, name: name, logw: logw, args: args}
+	s := &Server{bin: bin, dir: dir, name: name, logw: logw, args: args, tls: tlsc}
 	var last error
 	for range freshPorts {
 		port, err := freePort()
@@ -129,8 +137,14 @@ func (s *Server) Addr() string {
 
 func (s *Server) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// URL returns the redis:// URL of the server.
-func (s *Server) URL() string { return "redis://" + s.Addr() }
+// URL returns the redis:// URL of the server, rediss:// for one started
+// with StartTLSProcess.
+func (s *Server) URL() string {
+	if s.tls != nil {
+		return "rediss://" + s.Addr()
+	}
+	return "redis://" + s.Addr()
+}
 
 // Pid returns the process id of the running server, 0 while it is stopped.
 func (s *Server) Pid() int {
@@ -222,7 +236,7 @@ func (s *Server) launch() (exited bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	if err := waitPing(addr, p); err != nil {
+	if err := waitPing(addr, s.tls, p); err != nil {
 		if p.Exited() {
 			return true, fmt.Errorf("%s on %s exited before answering PING (%s); its output is in the log", s.name, addr, p.State())
 		}
@@ -233,10 +247,10 @@ func (s *Server) launch() (exited bool, err error) {
 	return false, nil
 }
 
-// waitPing waits until addr answers PING, or fails after readyTimeout or
-// when p exits.
-func waitPing(addr string, p *proc.Process) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
+// waitPing waits until addr answers PING (over TLS with tlsc), or fails
+// after readyTimeout or when p exits.
+func waitPing(addr string, tlsc *tls.Config, p *proc.Process) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tlsc, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ContextTimeoutEnabled: true})
 	defer c.Close()
 	deadline := time.Now().Add(readyTimeout)
 	for {
@@ -268,5 +282,5 @@ func freePort() (int, error) {
 
 // client returns a client of the server for one call, with no retries.
 func (s *Server) client() *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ContextTimeoutEnabled: true})
+	return redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls, MaxRetries: -1, DialTimeout: time.Second, ContextTimeoutEnabled: true})
 }

@@ -20,11 +20,12 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// Client returns a client of the server with ContextTimeoutEnabled, closed
-// when the test ends. It follows the server across Stop and Start.
+// Client returns a client of the server with ContextTimeoutEnabled (over
+// TLS for a server started with StartTLS), closed when the test ends. It
+// follows the server across Stop and Start.
 func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), TLSConfig: s.tls, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
