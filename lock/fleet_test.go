@@ -1,0 +1,182 @@
+package lock
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// ReadFleet shows a running fleet as it is: both live members, each
+// target's lease held by the instance whose Held says so, the status it
+// wrote (up for the backend that answers, down for the closed one), a key
+// asked for without anything stored, and a status written without the
+// secret refused as the instances refuse it.
+func TestReadFleet(t *testing.T) {
+	srv := redistest.Start(t)
+	secret := []byte("0123456789abcdef-fleet")
+	up := newBackend(t)
+	down := newBackend(t)
+	down.ln.Close()
+	targets := []health.Target{{Key: "c/up", Addr: up.addr}, {Key: "c/down", Addr: down.addr}}
+	var ins []*instance
+	for range 2 {
+		ins = append(ins, startInstance(t, newClient(t, srv), targets, func(c *Config) { c.Secret = secret }))
+	}
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	// A status written by someone without the secret.
+	forged := encode("c/forged", status{Addr: up.addr, Holder: "forger", At: time.Now().UnixMicro(), State: "down"}, nil)
+	if err := rdb.HSet(ctx, statusKey("fleet:", "c/forged"), "v", "1", "s", forged).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	var f *Fleet
+	eventually(t, 10*time.Second, "both targets held, with a status from their holder", func() bool {
+		var err error
+		if f, err = ReadFleet(ctx, rdb, "fleet:", secret, []string{"c/up", "c/down", "c/none"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tg := range targets {
+			k := f.Keys[tg.Key]
+			if k.Holder == "" || k.Status == nil || k.Status.Holder != k.Holder || k.Status.Progress.Verdict.State == health.Unknown {
+				return false
+			}
+		}
+		return len(f.Members) == 2
+	})
+
+	tokens := []string{ins[0].coord.Token(), ins[1].coord.Token()}
+	slices.Sort(tokens)
+	var members []string
+	for _, m := range f.Members {
+		members = append(members, m.Token)
+		if !m.Until.After(f.Now) {
+			t.Errorf("member %s lapses at %v, before Redis's now %v", m.Token, m.Until, f.Now)
+		}
+	}
+	if !slices.Equal(members, tokens) {
+		t.Errorf("members %q, want the two instances' tokens %q", members, tokens)
+	}
+	for _, tg := range targets {
+		k := f.Keys[tg.Key]
+		var holder *instance
+		for _, in := range ins {
+			if slices.Contains(in.coord.Held(), tg.Key) {
+				holder = in
+			}
+		}
+		if holder == nil || k.Holder != holder.coord.Token() {
+			t.Errorf("%s: lease holder %q, want the instance that holds it", tg.Key, k.Holder)
+		}
+		if !f.Live(k.Holder) {
+			t.Errorf("%s: holder %q is not a live member", tg.Key, k.Holder)
+		}
+		if k.LeaseLeft <= 0 || k.LeaseLeft > holder.coord.LeaseTTL() {
+			t.Errorf("%s: %v left of the lease, want (0, %v]", tg.Key, k.LeaseLeft, holder.coord.LeaseTTL())
+		}
+		if k.Status.Addr != tg.Addr || k.Version <= 0 || k.Err != nil {
+			t.Errorf("%s: status of %v, version %d, error %v; want %v, a version, no error", tg.Key, k.Status.Addr, k.Version, k.Err, tg.Addr)
+		}
+	}
+	if st := f.Keys["c/up"].Status.Progress.Verdict; st.State != health.Up {
+		t.Errorf("c/up: %v, want up", st)
+	}
+	if st := f.Keys["c/down"].Status.Progress.Verdict; st.State != health.Down || st.Cause != "refused" {
+		t.Errorf("c/down: %v (cause %q), want down, refused", st.State, st.Cause)
+	}
+	if k := f.Keys["c/none"]; k != (KeyState{}) {
+		t.Errorf("c/none, never written: %+v, want nothing", k)
+	}
+	if k := f.Keys["c/forged"]; k.Status != nil || k.Err == nil || k.Version != 1 {
+		t.Errorf("c/forged, unsigned: %+v, want refused with an error", k)
+	}
+	// Without the secret, signatures are not checked, as by an instance
+	// without redis_secret.
+	f2, err := ReadFleet(ctx, rdb, "fleet:", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := f2.Keys["c/up"]; k.Status == nil || k.Err != nil {
+		t.Errorf("c/up read without the secret: %+v, want its status", k)
+	}
+}
+
+// ReadFleet writes nothing: Redis counts no change while it reads leases,
+// statuses and members; and a member whose membership has lapsed is not
+// live.
+func TestReadFleetWritesNothing(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	l, err := NewLeases(rdb, "p:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := l.Heartbeat(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZAdd(ctx, membersKey("p:"), redis.Z{Score: 1000, Member: "lapsed"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := l.Acquire(ctx, "c/n", time.Minute); err != nil || !ok {
+		t.Fatalf("acquire: %v, %v", ok, err)
+	}
+	st := status{Addr: newBackend(t).addr, Holder: l.Token(), At: time.Now().UnixMicro(), State: "up", Role: "primary", OK: 2}
+	if _, ok, err := l.Publish(ctx, "c/n", encode("c/n", st, nil)); err != nil || !ok {
+		t.Fatalf("publish: %v, %v", ok, err)
+	}
+	changes := func() string {
+		info, err := rdb.Info(ctx, "persistence").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "rdb_changes_since_last_save:"); ok {
+				return v
+			}
+		}
+		t.Fatalf("no rdb_changes_since_last_save in INFO persistence:\n%s", info)
+		return ""
+	}
+	before := changes()
+	f, err := ReadFleet(ctx, rdb, "p:", nil, []string{"c/n", "c/other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := changes(); after != before {
+		t.Errorf("Redis counted changes %s before ReadFleet, %s after: it wrote", before, after)
+	}
+	if len(f.Members) != 1 || f.Members[0].Token != l.Token() || f.Live("lapsed") {
+		t.Errorf("members %+v, want only %s (lapsed is not live)", f.Members, l.Token())
+	}
+	k := f.Keys["c/n"]
+	if k.Holder != l.Token() || k.Status == nil || k.Status.Progress.Verdict.Role != "primary" || k.Status.Progress.OK != 2 {
+		t.Errorf("c/n: %+v, want held by %s, up as primary after 2 successes", k, l.Token())
+	}
+}
+
+// A Redis that does not answer ends ReadFleet with an error within about
+// CallTimeout, not a hang.
+func TestReadFleetUnreachable(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := newClient(t, srv)
+	srv.Stop()
+	start := time.Now()
+	_, err := ReadFleet(context.Background(), rdb, "p:", nil, nil)
+	if err == nil {
+		t.Fatal("no error with Redis stopped")
+	}
+	if d := time.Since(start); d > 3*CallTimeout {
+		t.Errorf("took %v with Redis stopped, want about CallTimeout (%v)", d, CallTimeout)
+	}
+	if !strings.Contains(err.Error(), "lock: read Redis's clock") {
+		t.Errorf("error %q does not say what failed", err)
+	}
+}
