@@ -73,17 +73,24 @@ func (w hostileWriter) WriteMsg(m *dns.Msg) error {
 	return w.ResponseWriter.WriteMsg(m)
 }
 
-// fingerprint lists every record of the snapshot.
+// fingerprint lists every record of the snapshot, and where each alias's
+// names point.
 func fingerprint(s *snapshot) string {
 	var sb strings.Builder
-	names := make([]string, 0, len(s.names))
-	for name := range s.names {
+	all := owners(s)
+	names := make([]string, 0, len(all))
+	for name := range all {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		e := s.names[name]
-		fmt.Fprintf(&sb, "%s %v %v\n", name, e.soa, e.cname)
+		o := all[name]
+		if o.alias != nil {
+			fmt.Fprintf(&sb, "%s alias %s %s ent=%t\n", name, o.alias.target, o.alias.final, o.e.ent)
+			continue
+		}
+		e := o.e
+		fmt.Fprintf(&sb, "%s %v ent=%t open=%t\n", name, e.soa, e.ent, e.failOpen)
 		for _, sec := range [][]dns.RR{e.a, e.aaaa, e.txt, e.srv, e.extra, e.ns} {
 			fmt.Fprintf(&sb, "%d:", len(sec))
 			for _, rr := range sec {
@@ -367,11 +374,12 @@ func TestAnswerRotation(t *testing.T) {
 // lookup returns the entry q's answer comes from, after how many CNAMEs, and
 // how many records of q's type it has.
 func lookup(snap *snapshot, q ask) (e *entry, cnames, total int) {
-	e = snap.names[strings.ToLower(q.name)]
+	e = entryOf(snap, strings.ToLower(q.name))
 	if e == nil {
 		return nil, 0, 0
 	}
-	for ; e.cname != nil; e = e.next {
+	_, al, _ := snap.lookup(strings.ToLower(q.name), testZone)
+	for ; al != nil && !e.ent; al = snap.parts[al.target].alias {
 		cnames++
 	}
 	total = map[uint16]int{dns.TypeA: len(e.a), dns.TypeAAAA: len(e.aaaa), dns.TypeSRV: len(e.srv)}[q.qtype]

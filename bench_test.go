@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -129,29 +130,65 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// BenchmarkBuildScale is a whole-zone build at a provider's scale: nodes
-// spread over clusters of ten, with an alias per cluster. Issue 9 guards
-// that no quadratic path is left in building.
+// scaleRows is a provider's registry: n nodes in clusters of n/clusters,
+// the first of each the primary, and an alias to every clusters/aliases-th
+// cluster.
+func scaleRows(n, clusters, aliases int) ([]Node, []Alias) {
+	nodes := make([]Node, n)
+	per := n / clusters
+	for i := range nodes {
+		role := "standby"
+		if i%per == 0 {
+			role = "primary"
+		}
+		nodes[i] = node(fmt.Sprintf("c%d", i/per), fmt.Sprintf("n%d", i%per), benchAddr(i).String(), role)
+	}
+	as := make([]Alias, 0, aliases)
+	for i := range aliases {
+		as = append(as, Alias{fmt.Sprintf("a%d", i), fmt.Sprintf("c%d", i*clusters/aliases)})
+	}
+	return nodes, as
+}
+
+// BenchmarkBuildScale is a whole-zone build at a provider's scale (what a
+// first load does): nodes in clusters of ten, with an alias per ten
+// clusters (1,000 clusters) or per cluster (5,000). Issue 9 guards that no
+// quadratic path is left in building.
 func BenchmarkBuildScale(b *testing.B) {
-	for _, n := range []int{10000, 50000} {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			clusters := n / 10
-			nodes := make([]Node, n)
-			for i := range nodes {
-				role := "standby"
-				if i%10 == 0 {
-					role = "primary"
-				}
-				nodes[i] = node(fmt.Sprintf("c%d", i/10), fmt.Sprintf("n%d", i%10), benchAddr(i).String(), role)
-			}
-			aliases := make([]Alias, 0, 1000)
-			for i := range 1000 {
-				aliases = append(aliases, Alias{fmt.Sprintf("a%d", i), fmt.Sprintf("c%d", i*clusters/1000)})
-			}
+	for _, sc := range []struct{ n, clusters, aliases int }{{10000, 1000, 1000}, {50000, 1000, 1000}, {50000, 5000, 5000}} {
+		b.Run(fmt.Sprintf("nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
+			nodes, aliases := scaleRows(sc.n, sc.clusters, sc.aliases)
 			set := &settings{zones: []string{testZone}, ttl: 5}
 			b.ReportAllocs()
 			for b.Loop() {
 				build(buildInput{settings: set, nodes: nodes, aliases: aliases})
+			}
+		})
+	}
+}
+
+// BenchmarkChangeScale is what one change costs at a provider's scale: a
+// node of one cluster changes role (its cluster is built again, the rest is
+// shared), or an alias is added (the aliases are resolved again).
+func BenchmarkChangeScale(b *testing.B) {
+	for _, sc := range []struct{ n, clusters, aliases int }{{100, 10, 1}, {10000, 1000, 1000}, {50000, 1000, 1000}, {50000, 5000, 5000}} {
+		nodes, aliases := scaleRows(sc.n, sc.clusters, sc.aliases)
+		set := &settings{zones: []string{testZone}, ttl: 5}
+		s := build(buildInput{settings: set, nodes: nodes, aliases: aliases})
+		rows := groupNodes(nodes)["c0"]
+		b.Run(fmt.Sprintf("cluster/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				rows = slices.Clone(rows)
+				rows[0].Role, rows[1].Role = rows[1].Role, rows[0].Role
+				s = s.next(change{nodes: map[string][]Node{"c0": rows}})
+			}
+		})
+		b.Run(fmt.Sprintf("alias/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				as := append(slices.Clone(aliases), Alias{"new", fmt.Sprintf("c%d", i%sc.clusters)})
+				s = s.next(change{aliases: as, aliasesSet: true})
 			}
 		})
 	}

@@ -87,7 +87,7 @@ func TestCheckSplitBrain(t *testing.T) {
 	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
 		t.Errorf("local.: %q", got)
 	}
-	if st := p.snap.Load().clusters["local"]; len(st.primaries) != 2 {
+	if st := p.snap.Load().clusters["local"].stat; len(st.primaries) != 2 {
 		t.Errorf("primaries %v", st.primaries)
 	}
 }
@@ -121,7 +121,7 @@ func TestCheckMaxLag(t *testing.T) {
 	if txt := query(t, p, "pg2.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, "lag=200 bytes, over max_lag 100") {
 		t.Errorf("TXT: %s", txt)
 	}
-	if v := p.snap.Load().verdicts["local/pg2"]; !strings.Contains(v, "lagging") {
+	if v := p.snap.Load().verdict("local/pg2"); !strings.Contains(v, "lagging") {
 		t.Errorf("verdict %q", v)
 	}
 }

@@ -72,13 +72,13 @@ func TestAliasChainTooDeep(t *testing.T) {
 	p := newTestPlugin(buildInput{nodes: testNodes(), aliases: aliases})
 	s := p.snap.Load()
 	deep := 0
-	for _, sk := range s.skipped {
+	for _, sk := range allSkipped(s) {
 		if sk.reason == skipAliasTooDeep {
 			deep++
 		}
 	}
 	if deep != 12 {
-		t.Errorf("ch1..ch12 are more than %d hops from local: %d skipped (%v)", maxChain, deep, s.skipped)
+		t.Errorf("ch1..ch12 are more than %d hops from local: %d skipped (%v)", maxChain, deep, allSkipped(s))
 	}
 	for i := 1; i <= 20; i++ {
 		r := query(t, p, fmt.Sprintf("primary.ch%d.%s", i, testZone), dns.TypeA)
@@ -133,24 +133,24 @@ func TestNamesTooLong(t *testing.T) {
 	}
 	aliases := []Alias{{l63('a'), "short"}, {"al", "short"}}
 	s := build(buildInput{settings: &settings{zones: []string{zone}, ttl: 5}, nodes: nodes, aliases: aliases})
-	for owner := range s.names {
+	for owner := range owners(s) {
 		if _, ok := dns.IsDomainName(owner); !ok || len(owner)+1 > 255 {
 			t.Errorf("owner name of %d octets built: %s", len(owner)+1, owner)
 		}
 	}
 	n := 0
-	for _, sk := range s.skipped {
+	for _, sk := range allSkipped(s) {
 		if sk.reason == skipNameTooLong {
 			n++
 		}
 	}
 	if n != 3 {
-		t.Errorf("want the two long clusters' rows and the long alias skipped: %v", s.skipped)
+		t.Errorf("want the two long clusters' rows and the long alias skipped: %v", allSkipped(s))
 	}
-	if got := addrsOf(s.names["short."+zone]); got != "192.0.2.2 192.0.2.3" {
+	if got := addrsOf(entryOf(s, "short."+zone)); got != "192.0.2.2 192.0.2.3" {
 		t.Errorf("the rows that fit are served: %q", got)
 	}
-	if s.names["al."+zone] == nil {
+	if entryOf(s, "al."+zone) == nil {
 		t.Error("the short alias is served")
 	}
 }

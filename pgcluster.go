@@ -66,7 +66,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	if snap == nil {
 		return dns.RcodeServerFailure, errNotLoaded
 	}
-	e := snap.names[qname]
+	e, al, prefix := snap.lookup(qname, zone)
 	if e == nil && p.Fall.Through(qname) {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
@@ -75,11 +75,11 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m.SetReply(r)
 	m.Authoritative = true
 	b := newBudget(state, zone)
-	m.Rcode = p.answer(m, &b, e, state.QType())
+	m.Rcode = p.answer(m, &b, snap, qname, e, al, prefix, state.QType())
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
-		m.Ns = []dns.RR{copyRR(snap.names[zone].soa)}
+		m.Ns = []dns.RR{copyRR(snap.parts[zone].names[""].soa)}
 	} else if b.failOpen && p.failOpen != nil {
 		p.failOpen.Inc()
 	}
@@ -87,9 +87,10 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	return dns.RcodeSuccess, nil
 }
 
-// answer fills m with the records of e for qtype that fit b, following
-// CNAMEs, and returns the response code.
-func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
+// answer fills m with the records for qtype of name, whose entry is e (see
+// snapshot.lookup: under an alias al, the final cluster's entry of prefix),
+// that fit b, following CNAMEs, and returns the response code.
+func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e *entry, al *aliasPart, prefix string, qtype uint16) int {
 	if e == nil {
 		return dns.RcodeNameError
 	}
@@ -98,13 +99,30 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
 		m.Answer = []dns.RR{&dns.HINFO{Hdr: dns.RR_Header{Name: m.Question[0].Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: p.ttl}, Cpu: "RFC8482"}}
 		return dns.RcodeSuccess
 	}
-	for hops := 0; e.cname != nil && qtype != dns.TypeCNAME; hops++ {
-		if hops == maxChain || e.next == nil {
+	// A name under an alias is a CNAME to the same prefix under the
+	// alias's target, unless it is an empty non-terminal.
+	for hops := 0; al != nil && !e.ent; hops++ {
+		if hops == maxChain {
 			return dns.RcodeServerFailure
 		}
-		m.Answer = append(m.Answer, copyRR(e.cname))
-		b.cname(e.cname, hops)
-		e = e.next
+		rr := &dns.CNAME{Hdr: hdr(name, dns.TypeCNAME, p.ttl), Target: prefix + al.target}
+		m.Answer = append(m.Answer, rr)
+		if qtype == dns.TypeCNAME {
+			return dns.RcodeSuccess
+		}
+		b.cname(rr, hops)
+		name = rr.Target
+		next := snap.parts[al.target]
+		if next == nil {
+			return dns.RcodeServerFailure
+		}
+		al = next.alias
+		if al == nil {
+			e = next.names[prefix]
+			if e == nil {
+				return dns.RcodeServerFailure
+			}
+		}
 	}
 	switch qtype {
 	case dns.TypeA, dns.TypeAAAA, dns.TypeSRV:
@@ -124,10 +142,6 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, e *entry, qtype uint16) int {
 	case dns.TypeSOA:
 		if e.soa != nil {
 			m.Answer = append(m.Answer, copyRR(e.soa))
-		}
-	case dns.TypeCNAME:
-		if e.cname != nil {
-			m.Answer = append(m.Answer, copyRR(e.cname))
 		}
 	}
 	return dns.RcodeSuccess

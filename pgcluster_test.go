@@ -215,7 +215,7 @@ func TestTwoPrimaries(t *testing.T) {
 		t.Errorf("while two nodes claim primary, primary. has no address: %v", err)
 	}
 	// Both still serve under the cluster name.
-	if n := len(p.snap.Load().names["local.pgcluster.lan."].a); n != 3 {
+	if n := len(entryOf(p.snap.Load(), "local.pgcluster.lan.").a); n != 3 {
 		t.Errorf("cluster name has %d IPv4 addresses, want 3", n)
 	}
 }
@@ -228,16 +228,16 @@ func TestLoopbackAndSelf(t *testing.T) {
 		node("local", "pg4", "192.0.2.4", "standby"),
 	}
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, self: map[string]netip.Addr{"pg1": netip.MustParseAddr("192.0.2.100"), "local/pg3": netip.MustParseAddr("2001:db8::100")}}, nodes: nodes})
-	got := addrsOf(s.names["local.pgcluster.lan."])
+	got := addrsOf(entryOf(s, "local.pgcluster.lan."))
 	want := "192.0.2.100 192.0.2.4 2001:db8::100"
 	if got != want {
 		t.Errorf("loopback filtered, self substituted: got %q want %q", got, want)
 	}
-	if txt := s.names["pg2.local.pgcluster.lan."].txt[0].String(); !strings.Contains(txt, "loopback address 127.0.0.2 is not advertised") {
+	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt[0].String(); !strings.Contains(txt, "loopback address 127.0.0.2 is not advertised") {
 		t.Errorf("TXT should say why pg2 is out: %s", txt)
 	}
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, allowLoopback: true}, nodes: nodes})
-	if got := addrsOf(s.names["local.pgcluster.lan."]); got != "127.0.0.1 127.0.0.2 192.0.2.4 ::1" {
+	if got := addrsOf(entryOf(s, "local.pgcluster.lan.")); got != "127.0.0.1 127.0.0.2 192.0.2.4 ::1" {
 		t.Errorf("allow_loopback: %q", got)
 	}
 }
@@ -246,14 +246,14 @@ func TestStaleAfter(t *testing.T) {
 	nodes := testNodes()
 	nodes[1].HeartbeatAge = 11 * time.Second
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: nodes})
-	if got := addrsOf(s.names["standby.local.pgcluster.lan."]); got != "2001:db8::3" {
+	if got := addrsOf(entryOf(s, "standby.local.pgcluster.lan.")); got != "2001:db8::3" {
 		t.Errorf("a stale standby is out: %q", got)
 	}
-	if txt := s.names["pg2.local.pgcluster.lan."].txt[0].String(); !strings.Contains(txt, "heartbeat 11s old, stale_after 10s") {
+	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt[0].String(); !strings.Contains(txt, "heartbeat 11s old, older than stale_after 10s") {
 		t.Errorf("TXT: %s", txt)
 	}
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes})
-	if got := addrsOf(s.names["standby.local.pgcluster.lan."]); got != "192.0.2.2 2001:db8::3" {
+	if got := addrsOf(entryOf(s, "standby.local.pgcluster.lan.")); got != "192.0.2.2 2001:db8::3" {
 		t.Errorf("without stale_after, heartbeats are not judged: %q", got)
 	}
 }
@@ -274,22 +274,22 @@ func TestSkippedRows(t *testing.T) {
 	)
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes, aliases: aliases})
 	counts := map[string]int{}
-	for _, sk := range s.skipped {
+	for _, sk := range allSkipped(s) {
 		counts[sk.reason]++
 	}
 	want := map[string]int{skipReservedName: 2, skipInvalidName: 2, skipDuplicate: 2, skipAliasLoop: 3, skipAliasDangling: 1}
 	for r, n := range want {
 		if counts[r] != n {
-			t.Errorf("skipped %s: %d, want %d (all: %v)", r, counts[r], n, s.skipped)
+			t.Errorf("skipped %s: %d, want %d (all: %v)", r, counts[r], n, allSkipped(s))
 		}
 	}
-	if got := addrsOf(s.names["local.pgcluster.lan."]); got != "192.0.2.1 192.0.2.2 2001:db8::3" {
+	if got := addrsOf(entryOf(s, "local.pgcluster.lan.")); got != "192.0.2.1 192.0.2.2 2001:db8::3" {
 		t.Errorf("the valid rows are still served: %q", got)
 	}
-	if s.names["loop1.pgcluster.lan."] != nil || s.names["dangling.pgcluster.lan."] != nil {
+	if entryOf(s, "loop1.pgcluster.lan.") != nil || entryOf(s, "dangling.pgcluster.lan.") != nil {
 		t.Error("skipped aliases must not be served")
 	}
-	if e := s.names["other.pgcluster.lan."]; e == nil || e.cname != nil {
+	if o, ok := owners(s)["other.pgcluster.lan."]; !ok || o.alias != nil {
 		t.Error("a cluster wins over an alias of the same name")
 	}
 }

@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,8 +14,9 @@ import (
 
 // publisher is the only writer of the snapshot. Its inputs are the
 // registry's rows (applyAt) and, with checks on, the checks' verdicts
-// (setView); each change of either rebuilds the zone from the latest of
-// both, one build at a time, and swaps it in.
+// (setView); each change of either makes the next snapshot out of the last
+// one, building again only what the change touched, one change at a time,
+// and swaps it in.
 type publisher struct {
 	p   *PgCluster
 	set *settings
@@ -25,27 +27,42 @@ type publisher struct {
 	// a fleet, an instance answers only once it knows the fleet's verdicts.
 	waitView bool
 
-	mu       sync.Mutex // one build at a time; guards what follows
+	mu       sync.Mutex // one change at a time; guards what follows
 	rows     bool       // rows were loaded (or restored)
-	nodes    []Node
-	aliases  []Alias
+	cur      *snapshot  // the last built, stored or held back: the next change's base
 	loadedAt time.Time
-	view     health.View
+	sent     bool // targets were handed over
+	// unreported holds the clusters built since the last snapshot stored,
+	// and aliasesUnreported whether the aliases were resolved again: what
+	// report looks at.
+	unreported        map[string]bool
+	aliasesUnreported bool
 	// selfMissing holds the self options whose node the registry lacks,
 	// so that each is warned about once, when it goes missing.
 	selfMissing map[string]bool
 }
 
-// apply builds a snapshot from rows loaded now and publishes it.
-func (pb *publisher) apply(nodes []Node, aliases []Alias) { pb.applyAt(nodes, aliases, time.Now()) }
+// rowsUpdate is what one read of the registry brings.
+type rowsUpdate struct {
+	// nodes holds, by served cluster (the cluster in lower case), every row
+	// the cluster has now; a cluster given without rows has none left.
+	nodes map[string][]Node
+	// full: nodes holds every cluster; those it lacks have no rows left.
+	full bool
+	// aliases holds every alias, when aliasesSet.
+	aliases    []Alias
+	aliasesSet bool
+	// loadedAt is when the rows were read (earlier than now when they are
+	// the last instance's, restored after a Corefile reload).
+	loadedAt time.Time
+}
 
-// applyAt builds a snapshot from rows loaded at loadedAt (earlier, when they
-// are the last instance's, restored after a Corefile reload) and publishes it.
-func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) {
+// applyAt makes the next snapshot with the rows u brings and publishes it.
+func (pb *publisher) applyAt(u rowsUpdate) {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
-	pb.rows, pb.nodes, pb.aliases, pb.loadedAt = true, nodes, aliases, loadedAt
-	pb.publish()
+	pb.rows, pb.loadedAt = true, u.loadedAt
+	pb.change(change{nodes: u.nodes, full: u.full, aliases: u.aliases, aliasesSet: u.aliasesSet})
 }
 
 // setView takes the checks' latest verdicts and, once rows are loaded,
@@ -53,25 +70,35 @@ func (pb *publisher) applyAt(nodes []Node, aliases []Alias, loadedAt time.Time) 
 func (pb *publisher) setView(v health.View) {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
-	pb.view = v
 	pb.waitView = false
 	reportView(pb.set.zones[0], v)
-	if pb.rows {
-		pb.publish()
-	}
+	pb.change(change{view: v, viewSet: true})
 }
 
-// publish builds a snapshot of the current inputs and swaps it in. pb.mu is held.
-func (pb *publisher) publish() {
-	s := build(buildInput{settings: pb.set, nodes: pb.nodes, aliases: pb.aliases, view: pb.view})
-	s.loadedAt = pb.loadedAt
-	prev := pb.p.snap.Load()
-	if pb.targets != nil && (prev == nil || !slices.Equal(prev.targets, s.targets)) {
-		pb.targets(s.targets)
+// change makes the next snapshot with ch and, once rows are loaded (and the
+// first verdicts are, when waitView), swaps it in. pb.mu is held.
+func (pb *publisher) change(ch change) {
+	if pb.cur == nil {
+		pb.cur = emptySnapshot(pb.set)
 	}
-	if pb.waitView {
+	s := pb.cur.next(ch)
+	pb.cur = s
+	if pb.unreported == nil {
+		pb.unreported = map[string]bool{}
+	}
+	for _, c := range s.rebuilt {
+		pb.unreported[c] = true
+	}
+	pb.aliasesUnreported = pb.aliasesUnreported || s.aliasesChanged
+	if pb.targets != nil && pb.rows && (!pb.sent || s.targetsChanged) {
+		pb.targets(s.targets)
+		pb.sent = true
+	}
+	if !pb.rows || pb.waitView {
 		return
 	}
+	s.loadedAt = pb.loadedAt
+	prev := pb.p.snap.Load()
 	serial := uint32(s.loadedAt.Unix())
 	if prev != nil {
 		switch {
@@ -87,63 +114,100 @@ func (pb *publisher) publish() {
 	pb.report(prev, s)
 }
 
-// report updates metrics and logs what changed since prev: each change once.
+// report updates metrics and logs what changed since prev, the snapshot
+// stored before s: each change once. It looks at what was built since, not
+// at the whole zone.
 func (pb *publisher) report(prev, s *snapshot) {
-	if prev == nil {
-		prev = &snapshot{}
-		log.Infof("Registry loaded: %d clusters, serial %d", len(s.clusters), s.serial)
-	}
 	zone := pb.set.zones[0]
+	first := prev == nil
+	if first {
+		prev = emptySnapshot(pb.set)
+		log.Infof("Registry loaded: %d clusters, serial %d", s.servedClusters(), s.serial)
+		// An instance before this one (a Corefile reload) may have left
+		// series of clusters that are gone.
+		nodesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
+		primariesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	}
 	snapshotSerial.WithLabelValues(zone).Set(float64(s.serial))
 
-	nodesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
-	primariesGauge.DeletePartialMatch(prometheus.Labels{"zone": zone})
-	split := 0
-	for name, st := range s.clusters {
-		if len(st.primaries) > 1 {
-			split++
-		}
-		nodesGauge.WithLabelValues(zone, name, "in").Set(float64(st.serving))
-		nodesGauge.WithLabelValues(zone, name, "out").Set(float64(st.out))
-		primariesGauge.WithLabelValues(zone, name).Set(float64(len(st.primaries)))
-		if len(st.primaries) > 1 && len(prev.clusters[name].primaries) <= 1 {
-			log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(st.primaries), st.primaries, name)
-		}
+	for _, name := range slices.Sorted(maps.Keys(pb.unreported)) {
+		pb.reportCluster(zone, name, prev.clusters[name], s.clusters[name], first)
 	}
-	splitBrain.WithLabelValues(zone).Set(float64(split))
+	splitBrain.WithLabelValues(zone).Set(float64(s.split))
 	if s.failOpen > 0 && prev.failOpen == 0 {
 		log.Warningf("Every node of %d names fails its check: answering them anyway (all_down open)", s.failOpen)
 	}
-
+	if pb.aliasesUnreported {
+		logSkipped(prev.aliases.skipped, s.aliases.skipped)
+	}
 	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})
-	counts := map[string]int{}
-	known := make(map[skipped]bool, len(prev.skipped))
-	for _, sk := range prev.skipped {
+	for reason, n := range s.skips {
+		rowsSkipped.WithLabelValues(zone, reason).Set(float64(n))
+	}
+	clear(pb.unreported)
+	pb.aliasesUnreported = false
+	pb.checkSelf(s)
+}
+
+// reportCluster updates the metrics of a cluster built again, and logs what
+// changed in it: was is the cluster as last reported, is as now (either
+// nil when it has no rows).
+func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, first bool) {
+	var wasStat, isStat clusterStat
+	if was != nil {
+		wasStat = was.stat
+	}
+	if is != nil {
+		isStat = is.stat
+	}
+	switch {
+	case is.served():
+		nodesGauge.WithLabelValues(zone, name, "in").Set(float64(isStat.serving))
+		nodesGauge.WithLabelValues(zone, name, "out").Set(float64(isStat.out))
+		primariesGauge.WithLabelValues(zone, name).Set(float64(len(isStat.primaries)))
+	case was.served():
+		nodesGauge.DeleteLabelValues(zone, name, "in")
+		nodesGauge.DeleteLabelValues(zone, name, "out")
+		primariesGauge.DeleteLabelValues(zone, name)
+	}
+	if len(isStat.primaries) > 1 && len(wasStat.primaries) <= 1 {
+		log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(isStat.primaries), isStat.primaries, name)
+	}
+	var wasSkipped, isSkipped []skipped
+	var wasVerdicts, isVerdicts map[string]string
+	if was != nil {
+		wasSkipped, wasVerdicts = was.skipped, was.verdicts
+	}
+	if is != nil {
+		isSkipped, isVerdicts = is.skipped, is.verdicts
+	}
+	logSkipped(wasSkipped, isSkipped)
+	for _, node := range slices.Sorted(maps.Keys(isVerdicts)) {
+		v := isVerdicts[node]
+		if old, ok := wasVerdicts[node]; ok && old != v {
+			log.Infof("Node %s/%s: %s", name, node, v)
+		} else if !ok && !first {
+			log.Infof("Node %s/%s joined: %s", name, node, v)
+		}
+	}
+	for _, node := range slices.Sorted(maps.Keys(wasVerdicts)) {
+		if _, ok := isVerdicts[node]; !ok {
+			log.Infof("Node %s/%s left the registry", name, node)
+		}
+	}
+}
+
+// logSkipped warns of each row skipped in is that was not in was.
+func logSkipped(was, is []skipped) {
+	known := make(map[skipped]bool, len(was))
+	for _, sk := range was {
 		known[sk] = true
 	}
-	for _, sk := range s.skipped {
-		counts[sk.reason]++
+	for _, sk := range is {
 		if !known[sk] {
 			log.Warningf("Registry row skipped, not served: %s", sk)
 		}
 	}
-	for reason, n := range counts {
-		rowsSkipped.WithLabelValues(zone, reason).Set(float64(n))
-	}
-
-	for key, v := range s.verdicts {
-		if old, ok := prev.verdicts[key]; ok && old != v {
-			log.Infof("Node %s: %s", key, v)
-		} else if !ok && prev.verdicts != nil {
-			log.Infof("Node %s joined: %s", key, v)
-		}
-	}
-	for key := range prev.verdicts {
-		if _, ok := s.verdicts[key]; !ok {
-			log.Infof("Node %s left the registry", key)
-		}
-	}
-	pb.checkSelf(s)
 }
 
 // checkSelf warns, once each time it happens, that a self option names a
@@ -155,14 +219,10 @@ func (pb *publisher) checkSelf(s *snapshot) {
 	if pb.selfMissing == nil {
 		pb.selfMissing = map[string]bool{}
 	}
-	names := map[string]bool{}
-	for key := range s.verdicts {
-		names[key[strings.IndexByte(key, '/')+1:]] = true
-	}
 	for key := range pb.set.self {
-		_, found := s.verdicts[key]
+		found := s.verdict(key) != ""
 		if !strings.Contains(key, "/") {
-			found = names[key]
+			found = s.hasNode(key)
 		}
 		if !found && !pb.selfMissing[key] {
 			log.Warningf("self %s: no such node in the registry; check the node name (NAME or CLUSTER/NAME)", key)

@@ -49,7 +49,8 @@ const (
        WHEN heartbeat = 'infinity' THEN '-Infinity'::float8
        ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
   END AS heartbeat_age`
-	nodesQuery = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `
+	nodesQuery = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
+  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat
 FROM pgcluster_nodes`
 	aliasesQuery = `SELECT alias, target FROM pgcluster_aliases`
 )
@@ -65,9 +66,8 @@ FROM pgcluster_nodes`
 type registry struct {
 	set *settings
 	key string // where the last load is kept across reloads; "" keeps nothing
-	// apply receives every successful load.
-	// loadedAt is when the rows were read.
-	apply func(nodes []Node, aliases []Alias, loadedAt time.Time)
+	// apply receives what every successful load changed.
+	apply func(rowsUpdate)
 
 	// Touched only by start-up (restore) and then run's goroutine.
 	wasUp   bool   // last state logged
@@ -76,15 +76,16 @@ type registry struct {
 	kept    bool   // holds a place in lastLoads
 
 	// rows is the registry as followed, and fresh how stale_after judged
-	// each node's heartbeat ("cluster/name") when last published.
+	// each node's heartbeat when last published: by served cluster, in the
+	// order of its rows.
 	rows  rowSet
-	fresh map[string]int
+	fresh map[string][]int
 
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
 }
 
-func newRegistry(set *settings, key string, apply func([]Node, []Alias, time.Time)) *registry {
+func newRegistry(set *settings, key string, apply func(rowsUpdate)) *registry {
 	return &registry{
 		set: set, key: key, apply: apply,
 		wasUp:  true, // so that a first failure is logged
@@ -108,10 +109,16 @@ func (r *registry) restore() bool {
 	}
 	// The heartbeat ages stay as loaded: while the registry cannot be read,
 	// no heartbeat is judged stale (nobody could write one).
-	r.apply(slices.Clone(last.nodes), slices.Clone(last.aliases), last.loadedAt)
+	u := rowsUpdate{full: true, nodes: map[string][]Node{}, aliases: last.rows.aliasList(), aliasesSet: true, loadedAt: last.loadedAt}
+	nodes := 0
+	for name, c := range last.rows.clusters {
+		u.nodes[name] = c.nodes
+		nodes += len(c.nodes)
+	}
+	r.apply(u)
 	r.served = true
 	log.Infof("Registry %s: serving the %d nodes and %d aliases loaded %s ago until it loads again",
-		redact(r.set.dsn), len(last.nodes), len(last.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
+		redact(r.set.dsn), nodes, len(last.rows.aliases), time.Since(last.loadedAt).Round(time.Millisecond))
 	return true
 }
 
@@ -259,6 +266,7 @@ type nodeRow struct {
 	Role         string       `db:"role"`
 	Healthy      bool         `db:"healthy"`
 	HeartbeatAge float64      `db:"heartbeat_age"` // seconds; ±Inf for infinite heartbeats
+	Heartbeat    *time.Time   `db:"heartbeat"`     // nil when not finite
 }
 
 type aliasRow struct {
@@ -282,10 +290,10 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 	now := time.Now()
 	if ch == nil || ch.full {
 		r.rows.full(nodeList(nodes), aliasList(as), now)
-	} else {
-		r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(as), now)
+		return r.publish(start, now, nil, true, true), nil
 	}
-	return r.publish(start, now), nil
+	changed := r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(as), now)
+	return r.publish(start, now, changed, false, len(ch.aliases) > 0), nil
 }
 
 // checkAges reads every heartbeat's age (a heartbeat written notifies
@@ -302,26 +310,57 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 	}
 	now := time.Now()
 	r.rows.setAges(ages, now)
-	nodes := r.rows.nodesAt(now)
-	for _, n := range nodes {
-		if r.fresh[n.Cluster+"/"+n.Name] != freshness(n.HeartbeatAge, r.set.staleAfter) {
-			return r.publish(now, now), nil
+	changed := map[string]bool{}
+	for name, c := range r.rows.clusters {
+		fresh := r.fresh[name]
+		for i, n := range c.nodes {
+			if i >= len(fresh) || fresh[i] != freshness(n.HeartbeatAge, r.set.staleAfter) {
+				changed[name] = true
+				break
+			}
 		}
 	}
-	return r.nextReload(nodes), nil
+	if len(changed) > 0 {
+		return r.publish(now, now, changed, false, false), nil
+	}
+	return r.nextReload(now), nil
 }
 
-// publish applies the rows held, as of now, and returns how long until
-// heartbeats must be looked at again.
-func (r *registry) publish(start, now time.Time) time.Duration {
-	ns, as := r.rows.nodesAt(now), r.rows.aliasList()
-	r.fresh = make(map[string]int, len(ns))
-	for _, n := range ns {
-		r.fresh[n.Cluster+"/"+n.Name] = freshness(n.HeartbeatAge, r.set.staleAfter)
+// publish hands the publisher the rows of the clusters changed (all of
+// them, when full) and, when they changed, the aliases, as of now, and
+// returns how long until heartbeats must be looked at again.
+func (r *registry) publish(start, now time.Time, changed map[string]bool, full, aliases bool) time.Duration {
+	u := rowsUpdate{full: full, nodes: map[string][]Node{}, loadedAt: now}
+	if full {
+		r.fresh = map[string][]int{}
+		changed = map[string]bool{}
+		for name := range r.rows.clusters {
+			changed[name] = true
+		}
 	}
-	r.apply(ns, as, now)
+	if r.fresh == nil {
+		r.fresh = map[string][]int{}
+	}
+	for name := range changed {
+		c, ok := r.rows.clusters[name]
+		if !ok {
+			u.nodes[name] = nil
+			delete(r.fresh, name)
+			continue
+		}
+		ns := c.aged(now)
+		fresh := make([]int, len(ns))
+		for i, n := range ns {
+			fresh[i] = freshness(n.HeartbeatAge, r.set.staleAfter)
+		}
+		u.nodes[name], r.fresh[name] = ns, fresh
+	}
+	if full || aliases {
+		u.aliases, u.aliasesSet = r.rows.aliasList(), true
+	}
+	r.apply(u)
 	if r.kept {
-		lastLoads.keep(r.key, ns, as, now)
+		lastLoads.keep(r.key, r.rows, now)
 	}
 	r.served = true
 	reloads.WithLabelValues(r.zone(), "ok").Inc()
@@ -331,7 +370,7 @@ func (r *registry) publish(start, now time.Time) time.Duration {
 	default:
 		close(r.loaded)
 	}
-	return r.nextReload(ns)
+	return r.nextReload(now)
 }
 
 func nodeList(rows []nodeRow) []Node {
@@ -356,8 +395,15 @@ func (n nodeRow) node() Node {
 		Cluster: n.Cluster, Name: n.Name,
 		Address: n.Address.Addr(), Network: network(n.Address),
 		Port: int(n.Port), Role: n.Role, Healthy: n.Healthy,
-		HeartbeatAge: heartbeatAge(n.HeartbeatAge),
+		HeartbeatAge: heartbeatAge(n.HeartbeatAge), Heartbeat: heartbeatTime(n.Heartbeat),
 	}
+}
+
+func heartbeatTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // heartbeatAge converts an age in seconds to a Duration without overflow:
@@ -422,23 +468,26 @@ func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
 // stale_after before then (a fresh one growing stale, or one in the future
 // coming within stale_after of now): then heartbeat ages are read again,
 // since writing one notifies nothing.
-func (r *registry) nextReload(nodes []Node) time.Duration {
+func (r *registry) nextReload(now time.Time) time.Duration {
 	next := r.set.refresh
 	if r.set.staleAfter <= 0 {
 		return next
 	}
-	for _, n := range nodes {
-		var left time.Duration
-		switch age := n.HeartbeatAge; {
-		case age > r.set.staleAfter:
-			continue // stale for good
-		case age < -r.set.staleAfter:
-			left = -r.set.staleAfter - age
-		default:
-			left = r.set.staleAfter - age
-		}
-		if left < next {
-			next = left + time.Millisecond
+	for _, c := range r.rows.clusters {
+		d := now.Sub(c.at)
+		for _, n := range c.nodes {
+			var left time.Duration
+			switch age := ageBy(n.HeartbeatAge, d); {
+			case age > r.set.staleAfter:
+				continue // stale for good
+			case age < -r.set.staleAfter:
+				left = -r.set.staleAfter - age
+			default:
+				left = r.set.staleAfter - age
+			}
+			if left < next {
+				next = left + time.Millisecond
+			}
 		}
 	}
 	return next

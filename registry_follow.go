@@ -38,33 +38,37 @@ func (c *changes) add(payload string) {
 
 func (c *changes) any() bool { return c.full || len(c.clusters) > 0 || len(c.aliases) > 0 }
 
-// rowSet is the registry as followed: each cluster's nodes with the time
-// their heartbeat ages were measured, and the aliases.
+// rowSet is the registry as followed: each served cluster's nodes (every
+// row whose cluster is that name in lower case) with the time their
+// heartbeat ages were measured, and the aliases. Its maps are replaced,
+// never changed, once handed out (lastLoads keeps them).
 type rowSet struct {
 	clusters map[string]clusterRows
-	aliases  map[string]Alias
+	aliases  map[string]Alias // by alias as stored
 }
 
 type clusterRows struct {
-	nodes []Node
+	nodes []Node    // by cluster and name as stored
 	at    time.Time // when the nodes' HeartbeatAge were measured
 }
 
-// nodesAt returns every node with its heartbeat age as of now, in cluster
-// order. Ages that stand for infinite heartbeats stay as they are.
-func (rs *rowSet) nodesAt(now time.Time) []Node {
-	var out []Node
-	for _, name := range slices.Sorted(maps.Keys(rs.clusters)) {
-		c := rs.clusters[name]
-		d := now.Sub(c.at)
-		for _, n := range c.nodes {
-			if n.HeartbeatAge != math.MaxInt64 && n.HeartbeatAge != math.MinInt64 {
-				n.HeartbeatAge = satAdd(n.HeartbeatAge, d)
-			}
-			out = append(out, n)
-		}
+// aged returns a cluster's nodes with their heartbeat ages as of now. Ages
+// that stand for infinite heartbeats stay as they are.
+func (c clusterRows) aged(now time.Time) []Node {
+	out := slices.Clone(c.nodes)
+	d := now.Sub(c.at)
+	for i, n := range out {
+		out[i].HeartbeatAge = ageBy(n.HeartbeatAge, d)
 	}
 	return out
+}
+
+// ageBy is age d later.
+func ageBy(age, d time.Duration) time.Duration {
+	if age == math.MaxInt64 || age == math.MinInt64 {
+		return age
+	}
+	return satAdd(age, d)
 }
 
 func (rs *rowSet) aliasList() []Alias {
@@ -91,44 +95,83 @@ func satAdd(a, b time.Duration) time.Duration {
 func (rs *rowSet) full(nodes []Node, aliases []Alias, at time.Time) {
 	rs.clusters = map[string]clusterRows{}
 	rs.aliases = map[string]Alias{}
-	rs.replace(nil, nil, nodes, aliases, at)
-}
-
-// replace puts the rows read of the clusters and aliases named in place of
-// the ones held (absent from the read: deleted).
-func (rs *rowSet) replace(clusters, aliases map[string]bool, nodes []Node, as []Alias, at time.Time) {
-	for c := range clusters {
-		delete(rs.clusters, c)
+	for c, ns := range groupNodes(nodes) {
+		sortNodes(ns)
+		rs.clusters[c] = clusterRows{nodes: ns, at: at}
 	}
-	for a := range aliases {
-		delete(rs.aliases, a)
-	}
-	for _, n := range nodes {
-		c := rs.clusters[n.Cluster]
-		c.nodes, c.at = append(c.nodes, n), at
-		rs.clusters[n.Cluster] = c
-	}
-	for _, a := range as {
+	for _, a := range aliases {
 		rs.aliases[a.Alias] = a
 	}
 }
 
+// replace puts the rows read at "at" of the clusters and aliases named (as
+// stored) in place of the ones held (absent from the read: deleted), and
+// returns the served clusters that changed.
+func (rs *rowSet) replace(clusters, aliases map[string]bool, nodes []Node, as []Alias, at time.Time) map[string]bool {
+	changed := map[string]bool{}
+	if len(clusters) > 0 {
+		rs.clusters = maps.Clone(rs.clusters)
+		read := groupNodes(nodes)
+		for c := range clusters {
+			changed[strings.ToLower(c)] = true
+		}
+		for c := range changed {
+			// Other spellings of the cluster keep their rows, aged to "at".
+			old := rs.clusters[c]
+			var ns []Node
+			for _, n := range old.nodes {
+				if !clusters[n.Cluster] {
+					n.HeartbeatAge = ageBy(n.HeartbeatAge, at.Sub(old.at))
+					ns = append(ns, n)
+				}
+			}
+			ns = append(ns, read[c]...)
+			if len(ns) == 0 {
+				delete(rs.clusters, c)
+				continue
+			}
+			sortNodes(ns)
+			rs.clusters[c] = clusterRows{nodes: ns, at: at}
+		}
+	}
+	if len(aliases) > 0 {
+		rs.aliases = maps.Clone(rs.aliases)
+		for a := range aliases {
+			delete(rs.aliases, a)
+		}
+		for _, a := range as {
+			rs.aliases[a.Alias] = a
+		}
+	}
+	return changed
+}
+
+// sortNodes orders a cluster's rows by cluster and name as stored: the
+// order in which two reads of the same rows are compared.
+func sortNodes(ns []Node) {
+	slices.SortFunc(ns, func(a, b Node) int {
+		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
 // setAges replaces every node's heartbeat age with one read at "at", by
-// "cluster/name"; nodes the read does not have keep theirs (they left
-// meanwhile, and a notification says so).
+// "cluster/name" as stored; nodes the read does not have keep theirs, aged
+// (they left meanwhile, and a notification says so).
 func (rs *rowSet) setAges(ages map[string]time.Duration, at time.Time) {
+	clusters := make(map[string]clusterRows, len(rs.clusters))
 	for name, c := range rs.clusters {
-		d := at.Sub(c.at)
-		nodes := slices.Clone(c.nodes)
+		nodes := c.aged(at)
 		for i, n := range nodes {
 			if a, ok := ages[n.Cluster+"/"+n.Name]; ok {
 				nodes[i].HeartbeatAge = a
-			} else if n.HeartbeatAge != math.MaxInt64 && n.HeartbeatAge != math.MinInt64 {
-				nodes[i].HeartbeatAge = satAdd(n.HeartbeatAge, d)
 			}
 		}
-		rs.clusters[name] = clusterRows{nodes: nodes, at: at}
+		clusters[name] = clusterRows{nodes: nodes, at: at}
 	}
+	rs.clusters = clusters
 }
 
 // freshness is how stale_after judges a heartbeat: 0 fresh, 1 stale, -1

@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -17,23 +18,40 @@ import (
 
 // follower runs a registry follower on pg and keeps what it applied.
 type follower struct {
-	mu      sync.Mutex
-	nodes   []Node
-	aliases []Alias
-	applies int
+	mu       sync.Mutex
+	clusters map[string][]Node
+	aliases  []Alias
+	applies  int
 }
 
-func (f *follower) apply(n []Node, a []Alias, _ time.Time) {
+// apply keeps the rows each update brings, as the publisher does.
+func (f *follower) apply(u rowsUpdate) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.nodes, f.aliases = n, a
+	if u.full || f.clusters == nil {
+		f.clusters = map[string][]Node{}
+	}
+	for c, ns := range u.nodes {
+		if len(ns) == 0 {
+			delete(f.clusters, c)
+		} else {
+			f.clusters[c] = ns
+		}
+	}
+	if u.aliasesSet {
+		f.aliases = u.aliases
+	}
 	f.applies++
 }
 
 func (f *follower) state() ([]Node, []Alias, int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.nodes, f.aliases, f.applies
+	var nodes []Node
+	for _, c := range slices.Sorted(maps.Keys(f.clusters)) {
+		nodes = append(nodes, f.clusters[c]...)
+	}
+	return nodes, f.aliases, f.applies
 }
 
 func follow(t *testing.T, pg *pgtest.Postgres, set *settings) *follower {
@@ -241,4 +259,83 @@ func TestFollowHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("n1 applied as fresh %v after its heartbeat came back (tick %v)", time.Since(back).Round(time.Millisecond), min(time.Second/2, time.Second))
+}
+
+// However a notification is lost, the zone ends up as a build from a full
+// read makes it: a change made with the triggers off is caught by the
+// refresh poll; a payload the follower cannot use reads everything; a
+// change made while the connection was down is read on reconnect.
+func TestFollowLostNotifications(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.MustExec(t, Schema)
+	pg.MustExec(t, `INSERT INTO pgcluster_nodes(cluster, name, address, role)
+  SELECT 'c' || (i % 3), 'n' || i, ('192.0.2.' || i)::inet, CASE WHEN i < 3 THEN 'primary' ELSE 'standby' END FROM generate_series(0, 11) i`)
+	pg.MustExec(t, "INSERT INTO pgcluster_aliases VALUES ('a0', 'c0'), ('a1', 'a0')")
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+
+	start := func(refresh time.Duration) *PgCluster {
+		set := &settings{dsn: pg.DSN(""), zones: []string{testZone}, ttl: 5, refresh: refresh}
+		p := &PgCluster{Zones: set.zones, ttl: set.ttl}
+		pb := &publisher{p: p, set: set}
+		r := newRegistry(set, "", pb.applyAt)
+		rctx, cancel := context.WithCancel(ctx)
+		go r.run(rctx)
+		t.Cleanup(func() { cancel(); <-r.done })
+		return p
+	}
+	// matches waits until p serves what a full read of the registry makes.
+	matches := func(p *PgCluster, what string) {
+		t.Helper()
+		var diff string
+		if err := pgtest.WaitFor(10*time.Second, func() error {
+			nodes, as, err := readRegistry(ctx, conn, nil)
+			if err != nil {
+				return err
+			}
+			s := p.snap.Load()
+			if s == nil {
+				return fmt.Errorf("nothing served yet")
+			}
+			want := build(buildInput{settings: s.set, nodes: nodeList(nodes), aliases: aliasList(as)})
+			want.setSerial(s.serial, s.set.ttl)
+			if diff = diffLines(dump(s), dump(want)); diff != "" {
+				return fmt.Errorf("differs")
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: the zone is not what a full read makes:\n%s", what, diff)
+		}
+	}
+	// silently makes a change that notifies nothing.
+	silently := func(stmt string) {
+		t.Helper()
+		pg.MustExec(t, `BEGIN; ALTER TABLE pgcluster_nodes DISABLE TRIGGER USER; ALTER TABLE pgcluster_aliases DISABLE TRIGGER USER; `+stmt+
+			`; ALTER TABLE pgcluster_nodes ENABLE TRIGGER USER; ALTER TABLE pgcluster_aliases ENABLE TRIGGER USER; COMMIT`)
+	}
+
+	p := start(time.Hour)
+	matches(p, "first load")
+	pg.MustExec(t, "UPDATE pgcluster_nodes SET healthy = false WHERE name = 'n4'")
+	matches(p, "a change notified")
+
+	// A payload the follower cannot use: it reads everything.
+	silently("UPDATE pgcluster_nodes SET role = 'standby' WHERE name = 'n0'; UPDATE pgcluster_aliases SET target = 'c1' WHERE alias = 'a0'")
+	pg.MustExec(t, "NOTIFY "+Channel+", 'from another version'")
+	matches(p, "an unknown payload")
+
+	// A change made while the connection is down: read on reconnect.
+	silently("DELETE FROM pgcluster_nodes WHERE cluster = 'c2'; INSERT INTO pgcluster_nodes(cluster, name, address, role) VALUES ('c3', 'x', '192.0.2.99', 'primary')")
+	pg.MustExec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'coredns-pgcluster'")
+	matches(p, "a reconnect")
+
+	// A change nobody is told of at all: the refresh poll reads it.
+	q := start(time.Second)
+	matches(q, "second follower's first load")
+	silently("UPDATE pgcluster_nodes SET address = '192.0.2.200' WHERE name = 'n1'; DELETE FROM pgcluster_aliases WHERE alias = 'a1'")
+	matches(q, "the refresh poll")
 }

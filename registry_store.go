@@ -1,7 +1,6 @@
 package pgcluster
 
 import (
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -21,8 +20,7 @@ var lastLoads = &loadStore{entries: map[string]*storeEntry{}}
 
 // lastLoad is one registry's rows as last loaded.
 type lastLoad struct {
-	nodes    []Node // heartbeat ages as of loadedAt
-	aliases  []Alias
+	rows     rowSet
 	loadedAt time.Time
 }
 
@@ -62,10 +60,10 @@ func (s *loadStore) use(key string) *lastLoad {
 	return e.last
 }
 
-// keep records a successful load for key's users. The slices are copied:
-// the caller may go on using its own.
-func (s *loadStore) keep(key string, nodes []Node, aliases []Alias, loadedAt time.Time) {
-	l := &lastLoad{nodes: slices.Clone(nodes), aliases: slices.Clone(aliases), loadedAt: loadedAt}
+// keep records a successful load for key's users. rows' maps are kept as
+// they are: the caller replaces them, never changes them (see rowSet).
+func (s *loadStore) keep(key string, rows rowSet, loadedAt time.Time) {
+	l := &lastLoad{rows: rows, loadedAt: loadedAt}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if e := s.entries[key]; e != nil {

@@ -65,17 +65,24 @@ func TestNextReload(t *testing.T) {
 		{[]time.Duration{-5 * time.Second}, 15*time.Second + time.Millisecond}, // slightly in the future: stale later
 		{[]time.Duration{math.MinInt64, 9 * time.Second, math.MaxInt64}, time.Second + time.Millisecond},
 	}
+	now := time.Now()
 	for _, tc := range tests {
 		var nodes []Node
 		for _, a := range tc.ages {
 			nodes = append(nodes, Node{HeartbeatAge: a})
 		}
-		if got := r.nextReload(nodes); got != tc.want {
+		// Ages measured a second ago are a second older now.
+		r.rows.clusters = map[string]clusterRows{"c": {nodes: nodes, at: now.Add(-time.Second)}}
+		if got := r.nextReload(now.Add(-time.Second)); got != tc.want {
 			t.Errorf("nextReload(%v) = %v, want %v", tc.ages, got, tc.want)
+		}
+		if got, want := r.nextReload(now), tc.want-time.Second; tc.want < 30*time.Second && got != want {
+			t.Errorf("a second later, nextReload(%v) = %v, want %v", tc.ages, got, want)
 		}
 	}
 	r.set.staleAfter = 0
-	if got := r.nextReload([]Node{{HeartbeatAge: math.MinInt64}}); got != r.set.refresh {
+	r.rows.clusters = map[string]clusterRows{"c": {nodes: []Node{{HeartbeatAge: math.MinInt64}}, at: now}}
+	if got := r.nextReload(now); got != r.set.refresh {
 		t.Errorf("without stale_after: %v, want the refresh interval", got)
 	}
 }
@@ -122,7 +129,11 @@ func TestRegistryOddRows(t *testing.T) {
 	}
 
 	var got []Node
-	r := newRegistry(&settings{dsn: pg.DSN(""), refresh: time.Hour, staleAfter: 10 * time.Second, zones: []string{"test."}}, "", func(n []Node, _ []Alias, _ time.Time) { got = n })
+	r := newRegistry(&settings{dsn: pg.DSN(""), refresh: time.Hour, staleAfter: 10 * time.Second, zones: []string{"test."}}, "", func(u rowsUpdate) {
+		for _, ns := range u.nodes {
+			got = append(got, ns...)
+		}
+	})
 	conn, err := pgx.Connect(ctx, pg.DSN(""))
 	if err != nil {
 		t.Fatal(err)
@@ -274,16 +285,16 @@ func TestLastLoads(t *testing.T) {
 	if s.use(a) != nil {
 		t.Fatal("a fresh store has a load")
 	}
-	s.keep(a, nodes, nil, at)
-	nodes[0].Name = "changed" // the store kept its own copy
-	if l := s.use(a); l == nil || l.nodes[0].Name != "n" || !l.loadedAt.Equal(at) {
+	rows := rowSet{clusters: map[string]clusterRows{"c": {nodes: nodes, at: at}}}
+	s.keep(a, rows, at)
+	if l := s.use(a); l == nil || l.rows.clusters["c"].nodes[0].Name != "n" || !l.loadedAt.Equal(at) {
 		t.Fatalf("new instance: %+v", l)
 	}
 	s.release(a)
 
 	// The other order: the old instance stops first.
 	s.release(a)
-	if l := s.use(a); l == nil || l.nodes[0].Name != "n" {
+	if l := s.use(a); l == nil || l.rows.clusters["c"].nodes[0].Name != "n" {
 		t.Fatalf("new instance after the old one stopped: %+v", l)
 	}
 
@@ -292,7 +303,7 @@ func TestLastLoads(t *testing.T) {
 	for i := range 20 {
 		next := storeKey(fmt.Sprintf("dsn-%d", i), []string{"z."})
 		s.use(next)
-		s.keep(next, nodes, nil, at)
+		s.keep(next, rows, at)
 		s.release(key)
 		key = next
 		if n := len(s.entries); n > 2 {

@@ -20,6 +20,11 @@ type Node struct {
 	// measured by PostgreSQL's own clock. Heartbeats too old or too far in
 	// the future for a time.Duration are clamped to its bounds.
 	HeartbeatAge time.Duration
+	// Heartbeat is the heartbeat itself, as stored: shown for a node judged
+	// stale, since it does not change while its age does. Zero when it is
+	// not a moment (NULL, or infinite in a registry older than the checks
+	// that refuse it).
+	Heartbeat time.Time
 }
 
 // Alias is one row of pgcluster_aliases.

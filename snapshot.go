@@ -1,10 +1,7 @@
 package pgcluster
 
 import (
-	"fmt"
-	"hash/fnv"
-	"net"
-	"net/netip"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -25,10 +22,28 @@ type entry struct {
 	// failOpen: the addresses and SRV records are of nodes that fail their
 	// check, answered because all of the set's nodes do (all_down open).
 	failOpen bool
+	// ent marks an empty non-terminal: a name that exists only because
+	// names under it do. Under an alias, such a name has no CNAME.
+	ent bool
+}
 
-	cname  *dns.CNAME
-	target string // owner name the CNAME points to
-	next   *entry // entry of target
+// part holds the names at and under one name just below a zone: a
+// cluster's, an alias's, the zone's apex or its ns name. A change replaces
+// the parts it touches and shares the others with the snapshot before.
+type part struct {
+	// names are by their prefix before the part's own name: "" for the
+	// name itself, "primary.", "_postgresql._tcp.primary.", ...
+	names map[string]*entry
+	// alias is set for an alias's part, which holds no names: a name under
+	// the alias exists as a CNAME when the same prefix does under its final
+	// cluster, and is made at query time.
+	alias *aliasPart
+}
+
+// aliasPart is where an alias's names point, as names just below the zone.
+type aliasPart struct {
+	target string // the alias's target: a cluster, or another alias
+	final  string // the cluster at the end of the chain
 }
 
 // clusterStat is what metrics and logs report of one cluster.
@@ -38,284 +53,381 @@ type clusterStat struct {
 }
 
 // snapshot is an immutable view of every name pgcluster answers. The query
-// path reads it without locks; a change publishes a new one.
+// path reads it without locks; a change publishes a new one (next) that
+// shares with it everything the change did not touch.
 type snapshot struct {
-	names    map[string]*entry
-	zones    []string
+	set *settings
+	// parts are by the name just below a zone they hold (see find), in every zone.
+	parts map[string]*part
+	// clusters are by served name (the registry's, in lower case), every
+	// one the registry has rows of, served or not.
+	clusters map[string]*clusterBuild
+	aliases  *aliasBuild
+	view     health.View
+
 	serial   uint32
 	hash     uint64
 	loadedAt time.Time
-	clusters map[string]clusterStat
-	skipped  []skipped
-	// verdicts says of each node ("cluster/name") whether it is served, and why.
-	verdicts map[string]string
 	// targets are the nodes to check, when checks are on.
 	targets []health.Target
 	// failOpen counts the sets answered with nodes that fail their check,
-	// because every node of the set does (all_down open).
+	// because every node of the set does (all_down open); split the clusters
+	// with more than one serving primary; skips the rows not served, by reason.
 	failOpen int
+	split    int
+	skips    map[string]int
+
+	// What next changed to make this snapshot out of the one before: the
+	// clusters rebuilt (or gone), and whether the aliases were resolved again.
+	rebuilt        []string
+	aliasesChanged bool
+	targetsChanged bool
 }
 
-// buildInput is everything a snapshot is made from.
-type buildInput struct {
-	*settings
-	nodes   []Node
-	aliases []Alias
-	// view is the checks' verdicts by "cluster/name"; a node missing from
-	// it is not checked yet.
-	view health.View
-}
-
-// build turns registry rows into a snapshot. It is a pure function of its
-// input: no I/O, no clock, no randomness. The serial is set by the caller.
-func build(in buildInput) *snapshot {
+// emptySnapshot is the snapshot before the registry's first rows: every
+// zone's apex and ns name, nothing else.
+func emptySnapshot(set *settings) *snapshot {
 	s := &snapshot{
-		names:    make(map[string]*entry),
-		zones:    in.zones,
-		clusters: make(map[string]clusterStat),
-		verdicts: make(map[string]string),
+		set:      set,
+		parts:    map[string]*part{},
+		clusters: map[string]*clusterBuild{},
+		aliases:  resolveAliases(nil, nil, 0),
+		skips:    map[string]int{},
 	}
-	zoneLen := 0 // in octets on the wire, of the longest zone
-	for _, z := range in.zones {
-		zoneLen = max(zoneLen, len(z)+1)
+	for _, z := range set.zones {
+		apex := &entry{ns: []dns.RR{&dns.NS{Hdr: hdr(z, dns.TypeNS, set.ttl), Ns: under(labelNS, z)}}}
+		s.parts[z] = &part{names: map[string]*entry{"": apex}}
+		ns := &entry{}
+		addAddresses(ns, under(labelNS, z), set.nsAddrs, set.ttl)
+		s.parts[under(labelNS, z)] = &part{names: map[string]*entry{"": ns}}
 	}
-	clusters := s.validateNodes(in, zoneLen)
-	aliases := s.resolveAliases(in.aliases, clusters, zoneLen)
-
-	for _, z := range in.zones {
-		b := &builder{s: s, in: in, zone: z, owners: map[string][]string{}}
-		b.apex()
-		for _, c := range clusters {
-			b.cluster(c)
-		}
-		for _, a := range aliases {
-			b.alias(a.alias, a.target, a.final)
-		}
-	}
-	s.addEmptyNonTerminals(in.zones)
-	s.link()
-	s.hash = contentHash(clusters, aliases)
 	return s
 }
 
-// builder writes the names of one zone.
-type builder struct {
-	s    *snapshot
-	in   buildInput
-	zone string
-	// owners holds, by cluster, the names written under it, so that an
-	// alias twins its target's names without scanning the whole zone.
-	owners map[string][]string
-	cur    string // the cluster being written, "" outside one
+// change is what moved since a snapshot was built: some clusters' rows,
+// the aliases, the checks' verdicts.
+type change struct {
+	// nodes holds, by served cluster, every row the cluster has now; a
+	// cluster given without rows has none left.
+	nodes map[string][]Node
+	// full: nodes holds every cluster; those it lacks have no rows left.
+	full bool
+	// aliases holds every alias, when aliasesSet.
+	aliases    []Alias
+	aliasesSet bool
+	// view is the checks' verdicts, when viewSet.
+	view    health.View
+	viewSet bool
 }
 
-func (b *builder) name(labels ...string) string {
-	return strings.Join(append(labels, b.zone), ".")
+// build makes a snapshot of in from nothing: what a full reload would serve.
+func build(in buildInput) *snapshot {
+	return emptySnapshot(in.settings).next(change{
+		nodes: groupNodes(in.nodes), full: true,
+		aliases: in.aliases, aliasesSet: true,
+		view: in.view, viewSet: true,
+	})
 }
 
-func (b *builder) entry(name string) *entry {
-	e := b.s.names[name]
-	if e == nil {
-		e = &entry{}
-		b.s.names[name] = e
-		if b.cur != "" {
-			b.owners[b.cur] = append(b.owners[b.cur], name)
+// groupNodes sorts rows into their served clusters.
+func groupNodes(nodes []Node) map[string][]Node {
+	out := map[string][]Node{}
+	for _, n := range nodes {
+		c := strings.ToLower(n.Cluster)
+		out[c] = append(out[c], n)
+	}
+	return out
+}
+
+// next returns the snapshot that s becomes with ch: the clusters whose rows
+// or verdicts changed are built again, the aliases are resolved again when
+// they or the clusters they may point to changed, and every other part is
+// shared with s. The serial is set by the caller. It is a pure function of
+// s and ch: no I/O, no clock, no randomness.
+func (s *snapshot) next(ch change) *snapshot {
+	n := &snapshot{
+		set: s.set, parts: maps.Clone(s.parts), clusters: maps.Clone(s.clusters),
+		aliases: s.aliases, view: s.view, hash: s.hash, targets: s.targets,
+		failOpen: s.failOpen, split: s.split, skips: maps.Clone(s.skips),
+	}
+	if ch.viewSet {
+		n.view = ch.view
+	}
+
+	// What to build again, and with which rows.
+	dirty := map[string][]Node{}
+	for name, rows := range ch.nodes {
+		if old := s.clusters[name]; old == nil || !sameRows(old.rows, rows, s.set.staleAfter) {
+			dirty[name] = rows
 		}
 	}
-	return e
-}
+	if ch.full {
+		for name := range s.clusters {
+			if _, ok := ch.nodes[name]; !ok {
+				dirty[name] = nil
+			}
+		}
+	}
+	if ch.viewSet && s.set.checksOn() {
+		for name := range changedClusters(s.view, ch.view, s.set.maxLag > 0) {
+			if _, ok := dirty[name]; !ok && s.clusters[name] != nil {
+				dirty[name] = s.clusters[name].rows
+			}
+		}
+	}
 
-func (b *builder) hdr(name string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: b.in.ttl}
-}
-
-func (b *builder) apex() {
-	e := b.entry(b.zone)
-	ns := b.name(labelNS)
-	e.ns = []dns.RR{&dns.NS{Hdr: b.hdr(b.zone, dns.TypeNS), Ns: ns}}
-	b.addresses(b.entry(ns), ns, b.in.nsAddrs)
-}
-
-// addresses adds A and AAAA records for addrs to e.
-func (b *builder) addresses(e *entry, name string, addrs []netip.Addr) {
-	for _, a := range addrs {
-		if a.Is4() {
-			e.a = append(e.a, &dns.A{Hdr: b.hdr(name, dns.TypeA), A: net.IP(a.AsSlice())})
+	resolve := ch.aliasesSet
+	rows := s.aliases.rows
+	if ch.aliasesSet {
+		rows = ch.aliases
+	}
+	n.rebuilt = slices.Sorted(maps.Keys(dirty))
+	for _, name := range n.rebuilt {
+		old := s.clusters[name]
+		var cb *clusterBuild
+		if len(dirty[name]) > 0 {
+			cb = buildCluster(s.set, n.view, name, dirty[name])
+		}
+		if old != nil {
+			n.drop(old)
+		}
+		if cb == nil {
+			delete(n.clusters, name)
 		} else {
-			e.aaaa = append(e.aaaa, &dns.AAAA{Hdr: b.hdr(name, dns.TypeAAAA), AAAA: net.IP(a.AsSlice())})
+			n.add(cb)
+		}
+		// An alias may point to the cluster, share its name, or be too
+		// long for its longest name.
+		if old.served() != cb.served() || old.served() && old.longest != cb.longest {
+			resolve = true
 		}
 	}
-}
-
-func (b *builder) cluster(c *cluster) {
-	b.cur = c.name
-	defer func() { b.cur = "" }()
-	serving := func(m *member) bool { return m.serving }
-	// down: a node the registry allows but whose check fails; all_down
-	// open answers these when none of a set serves.
-	down := func(m *member) bool { return m.registryOK && !m.serving }
-	for _, m := range c.members {
-		nodeName := b.name(m.Name, c.name)
-		e := b.entry(nodeName)
-		if m.serving {
-			b.addresses(e, nodeName, []netip.Addr{m.addr})
+	if resolve {
+		for _, a := range s.aliases.resolved {
+			for _, z := range s.set.zones {
+				delete(n.parts, under(a.alias, z))
+			}
 		}
-		e.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(nodeName, dns.TypeTXT), Txt: nodeTXT(m, len(b.s.clusters[c.name].primaries), b.in.settings)}}
-	}
-	all, allOpen := b.pick(c, serving), b.pick(c, down)
-	primaries := b.pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
-	primaryOpen := b.pick(c, func(m *member) bool { return down(m) && lastRole(m) == rolePrimary })
-	standbys := b.pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging })
-	standbyOpen := b.pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
-	var primary []*member
-	switch {
-	case len(primaries) == 1:
-		primary = primaries
-	case len(primaries) > 1:
-		// Split brain: no address, and no fail-open either.
-		primaryOpen = nil
-	}
-	if len(primaryOpen) > 1 {
-		primaryOpen = nil
-	}
-	preferStandby, preferOpen := standbys, standbyOpen
-	if len(preferStandby) == 0 && len(primary) == 1 {
-		preferStandby, preferOpen = primary, nil
-	} else if len(preferStandby) == 0 && len(preferOpen) == 0 {
-		preferOpen = primaryOpen
-	}
-	b.set(c.name, "", all, allOpen)
-	b.set(c.name, labelPrimary, primary, primaryOpen)
-	b.set(c.name, labelStandby, standbys, standbyOpen)
-	b.set(c.name, labelReplica, standbys, standbyOpen)
-	b.set(c.name, labelPreferStandby, preferStandby, preferOpen)
-	st := b.s.clusters[c.name]
-	ce := b.entry(b.name(c.name))
-	ce.txt = []dns.RR{&dns.TXT{Hdr: b.hdr(b.name(c.name), dns.TypeTXT), Txt: clusterTXT(st)}}
-}
-
-// set writes a set name (the cluster itself, or a role under it) with the
-// addresses of members and an SRV record for each.
-func (b *builder) set(clusterName, label string, members, open []*member) {
-	owner := b.name(clusterName)
-	if label != "" {
-		owner = b.name(label, clusterName)
-	}
-	e := b.entry(owner)
-	srvName := labelSRV + "." + owner
-	se := b.entry(srvName)
-	if len(members) == 0 && len(open) > 0 && b.in.allDown == allDownOpen {
-		members = open
-		e.failOpen, se.failOpen = true, true
-		b.s.failOpen++
-	}
-	for _, m := range members {
-		b.addresses(e, owner, []netip.Addr{m.addr})
-		target := b.name(m.Name, clusterName)
-		se.srv = append(se.srv, &dns.SRV{Hdr: b.hdr(srvName, dns.TypeSRV), Priority: 0, Weight: 10, Port: uint16(m.Port), Target: target})
-		// A serving member has one address: its record is srv's glue.
-		var glue entry
-		b.addresses(&glue, target, []netip.Addr{m.addr})
-		se.extra = append(append(se.extra, glue.a...), glue.aaaa...)
-	}
-}
-
-// alias writes the names under alias: each name under the final cluster gets
-// a twin under the alias, a CNAME to the same label under target.
-func (b *builder) alias(alias, target, final string) {
-	finalApex := b.name(final)
-	owners := slices.Sorted(slices.Values(b.owners[final]))
-	for _, name := range owners {
-		prefix := strings.TrimSuffix(strings.TrimSuffix(name, finalApex), ".")
-		from, to := b.name(alias), b.name(target)
-		if prefix != "" {
-			from, to = prefix+"."+from, prefix+"."+to
+		n.aliases = resolveAliases(rows, n.clusters, s.set.zoneLen())
+		n.aliasesChanged = true
+		n.hash += n.aliases.hash - s.aliases.hash
+		for r, k := range s.aliases.skips {
+			n.skips[r] -= k
 		}
-		e := b.entry(from)
-		e.cname = &dns.CNAME{Hdr: b.hdr(from, dns.TypeCNAME), Target: to}
-		e.target = to
+		for r, k := range n.aliases.skips {
+			n.skips[r] += k
+		}
+		for _, a := range n.aliases.resolved {
+			for _, z := range s.set.zones {
+				n.parts[under(a.alias, z)] = &part{alias: &aliasPart{target: under(a.target, z), final: under(a.final, z)}}
+			}
+		}
+	}
+	// Placed last: a cluster's part takes the name of an alias that no
+	// longer resolves because the cluster has its name.
+	for _, name := range n.rebuilt {
+		if cb := n.clusters[name]; cb != nil {
+			for i, z := range s.set.zones {
+				if cb.parts != nil {
+					n.parts[under(name, z)] = cb.parts[i]
+				}
+			}
+		}
+	}
+	for r, k := range n.skips {
+		if k == 0 {
+			delete(n.skips, r)
+		}
+	}
+	if n.targetsDiffer(s) {
+		n.targetsChanged = true
+		n.targets = nil
+		for _, name := range slices.Sorted(maps.Keys(n.clusters)) {
+			n.targets = append(n.targets, n.clusters[name].targets...)
+		}
+	}
+	return n
+}
+
+// drop takes an old cluster's names and sums out of n.
+func (n *snapshot) drop(cb *clusterBuild) {
+	if cb.served() {
+		for _, z := range n.set.zones {
+			delete(n.parts, under(cb.name, z))
+		}
+	}
+	n.hash -= cb.hash
+	n.failOpen -= cb.failOpen
+	if len(cb.stat.primaries) > 1 {
+		n.split--
+	}
+	for _, sk := range cb.skipped {
+		n.skips[sk.reason]--
 	}
 }
 
-// pick returns the members of c for which keep holds, in order.
-func (b *builder) pick(c *cluster, keep func(*member) bool) []*member {
-	var out []*member
-	for _, m := range c.members {
-		if keep(m) {
-			out = append(out, m)
+// add puts a cluster built again into n's sums; its parts are placed by next.
+func (n *snapshot) add(cb *clusterBuild) {
+	n.clusters[cb.name] = cb
+	n.hash += cb.hash
+	n.failOpen += cb.failOpen
+	if len(cb.stat.primaries) > 1 {
+		n.split++
+	}
+	for _, sk := range cb.skipped {
+		n.skips[sk.reason]++
+	}
+}
+
+// targetsDiffer reports whether a cluster built for n checks other nodes
+// than the same cluster in s.
+func (n *snapshot) targetsDiffer(s *snapshot) bool {
+	for _, name := range n.rebuilt {
+		var was, is []health.Target
+		if cb := s.clusters[name]; cb != nil {
+			was = cb.targets
+		}
+		if cb := n.clusters[name]; cb != nil {
+			is = cb.targets
+		}
+		if !slices.Equal(was, is) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameRows reports whether two row sets of a cluster make the same names:
+// equal but for how old their heartbeats are, as long as stale_after judges
+// them alike (the heartbeat's time shows only for a node it judges stale).
+func sameRows(a, b []Node, staleAfter time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		fx, fy := 0, 0
+		if staleAfter > 0 {
+			fx, fy = freshness(x.HeartbeatAge, staleAfter), freshness(y.HeartbeatAge, staleAfter)
+		}
+		if fx != fy || fx != 0 && !x.Heartbeat.Equal(y.Heartbeat) {
+			return false
+		}
+		x.HeartbeatAge, y.HeartbeatAge, x.Heartbeat, y.Heartbeat = 0, 0, time.Time{}, time.Time{}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// changedClusters returns the clusters of the nodes whose verdicts differ
+// between two views. When the probe ran does not count (TXT shows it as of
+// the cluster's last build), nor do WAL positions unless max_lag uses them.
+func changedClusters(was, is health.View, wal bool) map[string]bool {
+	out := map[string]bool{}
+	differ := func(a, b health.Verdict) bool {
+		a.Last, b.Last = time.Time{}, time.Time{}
+		if !wal {
+			a.WAL, b.WAL = 0, 0
+		}
+		return a != b
+	}
+	for key, v := range is {
+		if old, ok := was[key]; !ok || differ(old, v) {
+			out[clusterOf(key)] = true
+		}
+	}
+	for key := range was {
+		if _, ok := is[key]; !ok {
+			out[clusterOf(key)] = true
 		}
 	}
 	return out
 }
 
-// lastRole is the role a node had when last known: read by its check
-// before it failed, else the registry's.
-func lastRole(m *member) string {
-	if m.check.Role != "" {
-		return m.check.Role
-	}
-	return m.Role
+// clusterOf is the cluster of a node's key, "cluster/name".
+func clusterOf(key string) string {
+	c, _, _ := strings.Cut(key, "/")
+	return c
 }
 
-// addEmptyNonTerminals makes every name between an owner and its zone exist,
-// so that it answers NODATA rather than NXDOMAIN.
-func (s *snapshot) addEmptyNonTerminals(zones []string) {
-	for _, z := range zones {
-		for name := range s.names {
-			if !dns.IsSubDomain(z, name) {
-				continue
-			}
-			for p := parent(name); p != "" && len(p) > len(z); p = parent(p) {
-				if _, ok := s.names[p]; !ok {
-					s.names[p] = &entry{}
-				}
-			}
+// zoneLen is the length on the wire, in octets, of the longest zone.
+func (s *settings) zoneLen() int {
+	n := 0
+	for _, z := range s.zones {
+		n = max(n, len(z)+1)
+	}
+	return n
+}
+
+// find returns the part that name, a name in zone, is in, and the prefix
+// name has before the part's own name; nil when no part holds it.
+func (s *snapshot) find(name, zone string) (*part, string) {
+	key, prefix := name, ""
+	if len(name) > len(zone) {
+		cut := len(name) - len(zone)
+		if zone == "." {
+			cut = len(name)
+		}
+		i := strings.LastIndexByte(name[:cut-1], '.') + 1
+		key, prefix = name[i:], name[:i]
+	}
+	return s.parts[key], prefix
+}
+
+// lookup returns name's entry; for a name under an alias, the entry of the
+// same prefix under the alias's final cluster, and the alias.
+func (s *snapshot) lookup(name, zone string) (*entry, *aliasPart, string) {
+	p, prefix := s.find(name, zone)
+	switch {
+	case p == nil:
+		return nil, nil, ""
+	case p.alias != nil:
+		return s.parts[p.alias.final].names[prefix], p.alias, prefix
+	}
+	return p.names[prefix], nil, prefix
+}
+
+// verdict says of a node ("cluster/name") whether it is served, and why;
+// "" when the snapshot has no such node.
+func (s *snapshot) verdict(key string) string {
+	c, name, _ := strings.Cut(key, "/")
+	if cb := s.clusters[c]; cb != nil {
+		return cb.verdicts[name]
+	}
+	return ""
+}
+
+// hasNode reports whether a cluster of s has a node of that name.
+func (s *snapshot) hasNode(name string) bool {
+	for _, cb := range s.clusters {
+		if _, ok := cb.verdicts[name]; ok {
+			return true
 		}
 	}
+	return false
 }
 
-func parent(name string) string {
-	i := strings.IndexByte(name, '.')
-	if i < 0 || i == len(name)-1 {
-		return ""
-	}
-	return name[i+1:]
-}
-
-// link points every CNAME at its target's entry.
-func (s *snapshot) link() {
-	for _, e := range s.names {
-		if e.cname != nil {
-			e.next = s.names[e.target]
+// servedClusters counts the clusters with names.
+func (s *snapshot) servedClusters() int {
+	n := 0
+	for _, cb := range s.clusters {
+		if cb.served() {
+			n++
 		}
 	}
-}
-
-// contentHash fingerprints what the records are made of: every served row
-// with its verdict (the check's state and cause, whether a standby lags; never
-// a WAL position or a lag in bytes), and every alias. With the instance's own settings fixed,
-// equal hashes mean equal records, so the serial changes only when the
-// content does.
-func contentHash(clusters []*cluster, aliases []resolvedAlias) uint64 {
-	h := fnv.New64a()
-	for _, c := range clusters {
-		for _, m := range c.members {
-			fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging)
-		}
-	}
-	for _, a := range aliases {
-		fmt.Fprintf(h, "%s>%s\n", a.alias, a.target)
-	}
-	return h.Sum64()
+	return n
 }
 
 // setSerial writes the SOA record of every zone apex with serial.
 func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	s.serial = serial
-	for _, z := range s.zones {
-		s.names[z].soa = &dns.SOA{
-			Hdr:     dns.RR_Header{Name: z, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: ttl},
-			Ns:      labelNS + "." + z,
+	for _, z := range s.set.zones {
+		apex := *s.parts[z].names[""]
+		apex.soa = &dns.SOA{
+			Hdr:     hdr(z, dns.TypeSOA, ttl),
+			Ns:      under(labelNS, z),
 			Mbox:    "hostmaster." + z,
 			Serial:  serial,
 			Refresh: 3600,
@@ -323,5 +435,6 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 			Expire:  86400,
 			Minttl:  ttl,
 		}
+		s.parts[z] = &part{names: map[string]*entry{"": &apex}}
 	}
 }

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/netip"
 	"slices"
 	"sort"
@@ -71,12 +72,10 @@ func (c *cluster) longest() int {
 	return n
 }
 
-// validateNodes drops rows that cannot be served and decides which of the
-// rest serve.
-func (s *snapshot) validateNodes(in buildInput, zoneLen int) []*cluster {
-	byName := map[string]*cluster{}
-	var order []*cluster
-	nodes := append([]Node(nil), in.nodes...)
+// validate drops the cluster's rows that cannot be served and decides
+// which of the rest serve; nil when none is left.
+func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
+	nodes := slices.Clone(cb.rows)
 	// Sort by name as served; of two rows that differ only in case, the one
 	// already in lower case wins.
 	key := func(n Node) string { return strings.ToLower(n.Cluster) + "/" + strings.ToLower(n.Name) }
@@ -87,57 +86,53 @@ func (s *snapshot) validateNodes(in buildInput, zoneLen int) []*cluster {
 		}
 		return canonical(nodes[i]) && !canonical(nodes[j])
 	})
+	c := &cluster{name: cb.name}
+	cl := cb.name
 	seen := map[string]bool{}
 	for _, n := range nodes {
-		what := fmt.Sprintf("node %q in cluster %q", n.Name, n.Cluster)
-		cl, nl := strings.ToLower(n.Cluster), strings.ToLower(n.Name)
+		nl := strings.ToLower(n.Name)
+		reason, why := "", ""
 		switch {
 		case !isLabel(cl) || !isLabel(nl):
-			s.skip(skipInvalidName, what)
-			continue
+			reason = skipInvalidName
 		case cl == labelNS || reservedInCluster[nl]:
-			s.skip(skipReservedName, what)
-			continue
-		case seen[cl+"/"+nl]:
-			s.skip(skipDuplicate, what)
-			continue
+			reason = skipReservedName
+		case seen[nl]:
+			reason = skipDuplicate
 		case zoneLen+len(nl)+1+len(cl)+1 > maxNameLen || zoneLen+setPrefixLen+len(cl)+1 > maxNameLen:
-			s.skip(skipNameTooLong, what+": its names would be longer than 255 octets")
+			reason, why = skipNameTooLong, ": its names would be longer than 255 octets"
+		}
+		if reason != "" {
+			cb.skipped = append(cb.skipped, skipped{reason: reason, what: fmt.Sprintf("node %q in cluster %q%s", n.Name, n.Cluster, why)})
 			continue
 		}
-		seen[cl+"/"+nl] = true
+		seen[nl] = true
 		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
-		c := byName[cl]
-		if c == nil {
-			c = &cluster{name: cl}
-			byName[cl] = c
-			order = append(order, c)
-		}
 		m := judge(n, in)
 		c.members = append(c.members, m)
 		if in.checksOn() && m.target.IsValid() {
-			s.targets = append(s.targets, health.Target{Key: cl + "/" + nl, Addr: m.target})
+			cb.targets = append(cb.targets, health.Target{Key: cl + "/" + nl, Addr: m.target})
 		}
 	}
-	for _, c := range order {
-		if in.maxLag > 0 {
-			c.judgeLag(in.maxLag)
-		}
-		st := clusterStat{}
-		for _, m := range c.members {
-			s.verdicts[c.name+"/"+m.Name] = m.verdict()
-			if m.serving {
-				st.serving++
-				if m.Role == rolePrimary {
-					st.primaries = append(st.primaries, m.Name)
-				}
-			} else {
-				st.out++
+	if len(c.members) == 0 {
+		return nil
+	}
+	if in.maxLag > 0 {
+		c.judgeLag(in.maxLag)
+	}
+	cb.verdicts = make(map[string]string, len(c.members))
+	for _, m := range c.members {
+		cb.verdicts[m.Name] = m.verdict()
+		if m.serving {
+			cb.stat.serving++
+			if m.Role == rolePrimary {
+				cb.stat.primaries = append(cb.stat.primaries, m.Name)
 			}
+		} else {
+			cb.stat.out++
 		}
-		s.clusters[c.name] = st
 	}
-	return order
+	return c
 }
 
 // resolvedAlias is an alias whose chain ends at a cluster.
@@ -146,15 +141,28 @@ type resolvedAlias struct {
 	depth                int
 }
 
-// resolveAliases follows every alias to its cluster and orders them so that
-// an alias comes after the alias it points to.
-func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster, zoneLen int) []resolvedAlias {
-	byName := map[string]*cluster{}
-	for _, c := range clusters {
-		byName[c.name] = c
+// aliasBuild is the aliases of a snapshot, resolved.
+type aliasBuild struct {
+	rows     []Alias // as given
+	resolved []resolvedAlias
+	skipped  []skipped
+	skips    map[string]int // by reason
+	hash     uint64
+}
+
+// resolveAliases follows every alias to its cluster (one that serves names:
+// clusters holds every cluster by served name) and orders them so that an
+// alias comes after the alias it points to.
+func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, zoneLen int) *aliasBuild {
+	ab := &aliasBuild{rows: rows, skips: map[string]int{}}
+	served := func(name string) *clusterBuild {
+		if cb := clusters[name]; cb.served() {
+			return cb
+		}
+		return nil
 	}
 	target := map[string]string{}
-	rows = append([]Alias(nil), rows...)
+	rows = slices.Clone(rows)
 	// Of two aliases that differ only in case, the one already in lower case
 	// wins, as for nodes.
 	sort.SliceStable(rows, func(i, j int) bool {
@@ -164,23 +172,22 @@ func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster, zoneLen int
 		}
 		return rows[i].Alias == ai && rows[j].Alias != aj
 	})
+	what := func(r Alias) string { return fmt.Sprintf("alias %q -> %q", r.Alias, r.Target) }
 	for _, r := range rows {
 		a, t := strings.ToLower(r.Alias), strings.ToLower(strings.TrimSuffix(r.Target, "."))
-		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
 		switch {
 		case !isLabel(a) || !isLabel(t):
-			s.skip(skipInvalidName, what)
+			ab.skip(skipInvalidName, what(r))
 		case a == labelNS:
-			s.skip(skipReservedName, what)
-		case byName[a] != nil:
-			s.skip(skipDuplicate, what+": a cluster has that name")
+			ab.skip(skipReservedName, what(r))
+		case served(a) != nil:
+			ab.skip(skipDuplicate, what(r)+": a cluster has that name")
 		case target[a] != "":
-			s.skip(skipDuplicate, what)
+			ab.skip(skipDuplicate, what(r))
 		default:
 			target[a] = t
 		}
 	}
-	var out []resolvedAlias
 	resolved := map[string]bool{}
 	for _, r := range rows {
 		a := strings.ToLower(r.Alias)
@@ -189,39 +196,44 @@ func (s *snapshot) resolveAliases(rows []Alias, clusters []*cluster, zoneLen int
 			continue
 		}
 		resolved[a] = true
-		what := fmt.Sprintf("alias %q -> %q", r.Alias, r.Target)
 		cur, depth := t, 1
 		path := []string{a}
-		for ; byName[cur] == nil; depth++ {
+		for ; served(cur) == nil; depth++ {
 			next, ok := target[cur]
 			path = append(path, cur)
 			switch {
 			case !ok:
-				s.skip(skipAliasDangling, what+": no cluster or alias "+cur)
+				ab.skip(skipAliasDangling, what(r)+": no cluster or alias "+cur)
 			case slices.Contains(path, next):
-				s.skip(skipAliasLoop, what)
+				ab.skip(skipAliasLoop, what(r))
 			case depth >= maxChain:
-				s.skip(skipAliasTooDeep, fmt.Sprintf("%s: more than %d aliases to a cluster", what, maxChain))
+				ab.skip(skipAliasTooDeep, fmt.Sprintf("%s: more than %d aliases to a cluster", what(r), maxChain))
 			default:
 				cur = next
 				continue
 			}
 			break
 		}
-		c := byName[cur]
+		c := served(cur)
 		if c == nil {
 			continue
 		}
-		if zoneLen+c.longest()+len(a)+1 > maxNameLen {
-			s.skip(skipNameTooLong, what+": its names would be longer than 255 octets")
+		if zoneLen+c.longest+len(a)+1 > maxNameLen {
+			ab.skip(skipNameTooLong, what(r)+": its names would be longer than 255 octets")
 			continue
 		}
-		out = append(out, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
+		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].depth < out[j].depth })
-	return out
+	sort.SliceStable(ab.resolved, func(i, j int) bool { return ab.resolved[i].depth < ab.resolved[j].depth })
+	h := fnv.New64a()
+	for _, a := range ab.resolved {
+		fmt.Fprintf(h, "%s>%s\n", a.alias, a.target)
+	}
+	ab.hash = h.Sum64()
+	return ab
 }
 
-func (s *snapshot) skip(reason, what string) {
-	s.skipped = append(s.skipped, skipped{reason: reason, what: what})
+func (ab *aliasBuild) skip(reason, what string) {
+	ab.skipped = append(ab.skipped, skipped{reason: reason, what: what})
+	ab.skips[reason]++
 }

@@ -41,9 +41,9 @@ func judge(n Node, in buildInput) *member {
 	case !n.Healthy:
 		m.out(reasonUnhealthy, "the registry marks it unhealthy")
 	case in.staleAfter > 0 && n.HeartbeatAge > in.staleAfter:
-		m.out(reasonStale, fmt.Sprintf("heartbeat %s old, stale_after %s", age(n.HeartbeatAge), in.staleAfter))
+		m.out(reasonStale, fmt.Sprintf("heartbeat %s, older than stale_after %s", heartbeatText(n, n.HeartbeatAge, "old"), in.staleAfter))
 	case in.staleAfter > 0 && n.HeartbeatAge < -in.staleAfter:
-		m.out(reasonFutureHeartbeat, fmt.Sprintf("heartbeat %s in the future, more than stale_after %s: check the clock of whoever writes it", age(-n.HeartbeatAge), in.staleAfter))
+		m.out(reasonFutureHeartbeat, fmt.Sprintf("heartbeat %s, more than stale_after %s: check the clock of whoever writes it", heartbeatText(n, -n.HeartbeatAge, "in the future"), in.staleAfter))
 	case !m.addr.IsValid():
 		m.out(reasonNoAddress, "no address")
 	case bad != "":
@@ -134,6 +134,17 @@ func (m *member) verdict() string {
 		return "in (" + m.reason + ")"
 	}
 	return "out (" + m.reason + ")"
+}
+
+// heartbeatText shows a heartbeat judged by stale_after: its time as stored
+// when it is one (it stays true while the node stays out, and the names are
+// built again only when something changes), else how far it is, d, and
+// which way (a heartbeat too old or too young for time.Duration).
+func heartbeatText(n Node, d time.Duration, way string) string {
+	if !n.Heartbeat.IsZero() {
+		return n.Heartbeat.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	return age(d) + " " + way
 }
 
 // maxAge is shown for ages clamped at the bounds of time.Duration.

@@ -12,7 +12,7 @@ import (
 
 // txtOf returns the TXT record at name, in presentation format.
 func txtOf(s *snapshot, name string) string {
-	e := s.names[name]
+	e := entryOf(s, name)
 	if e == nil || len(e.txt) == 0 {
 		return ""
 	}
@@ -43,10 +43,10 @@ func TestHeartbeatBounds(t *testing.T) {
 		if !strings.Contains(txt, `"reason=`+tc.reason+`"`) {
 			t.Errorf("heartbeat age %v: want reason %s, TXT %s", tc.age, tc.reason, txt)
 		}
-		if served := addrsOf(s.names["local."+testZone]) != ""; served != (tc.reason == reasonServing) {
+		if served := addrsOf(entryOf(s, "local."+testZone)) != ""; served != (tc.reason == reasonServing) {
 			t.Errorf("heartbeat age %v: served %t", tc.age, served)
 		}
-		if _, err := s.names["pg1.local."+testZone].txt[0].(*dns.TXT); !err {
+		if _, err := entryOf(s, "pg1.local."+testZone).txt[0].(*dns.TXT); !err {
 			t.Fatal("TXT record expected")
 		}
 	}
@@ -58,7 +58,7 @@ func TestUnusableAddresses(t *testing.T) {
 	for _, a := range []string{"0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "169.254.1.1", "fe80::1"} {
 		n := node("local", "pg1", a, "primary")
 		s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, allowLoopback: true}, nodes: []Node{n}})
-		if got := addrsOf(s.names["local."+testZone]); got != "" {
+		if got := addrsOf(entryOf(s, "local."+testZone)); got != "" {
 			t.Errorf("%s is served: %s", a, got)
 		}
 		if txt := txtOf(s, "pg1.local."+testZone); !strings.Contains(txt, `"reason=unusable_address"`) || !strings.Contains(txt, a) {
@@ -69,7 +69,7 @@ func TestUnusableAddresses(t *testing.T) {
 	n := node("local", "pg1", "10.1.0.0", "primary")
 	n.Network = netip.MustParsePrefix("10.1.0.0/16")
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
-	if got := addrsOf(s.names["local."+testZone]); got != "" {
+	if got := addrsOf(entryOf(s, "local."+testZone)); got != "" {
 		t.Errorf("a network address is served: %s", got)
 	}
 	if txt := txtOf(s, "pg1.local."+testZone); !strings.Contains(txt, "10.1.0.0/16 is a network") {
@@ -78,13 +78,13 @@ func TestUnusableAddresses(t *testing.T) {
 	// inet '10.1.0.0/0' is a network too, however short its mask.
 	n.Network = netip.MustParsePrefix("10.1.0.0/0")
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
-	if got := addrsOf(s.names["local."+testZone]); got != "" {
+	if got := addrsOf(entryOf(s, "local."+testZone)); got != "" {
 		t.Errorf("a /0 network is served: %s", got)
 	}
 	// A host is a host.
 	n.Network = netip.Prefix{}
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{n}})
-	if got := addrsOf(s.names["local."+testZone]); got != "10.1.0.0" {
+	if got := addrsOf(entryOf(s, "local."+testZone)); got != "10.1.0.0" {
 		t.Errorf("10.1.0.0/32 is a host: %q", got)
 	}
 }
@@ -102,18 +102,31 @@ func TestStaleVerdictStable(t *testing.T) {
 	if a.hash != b.hash {
 		t.Error("a stale node growing older changed the content hash: the serial would churn")
 	}
-	if va, vb := a.verdicts["local/pg2"], b.verdicts["local/pg2"]; va != vb || va != "out (stale)" {
+	if va, vb := a.verdict("local/pg2"), b.verdict("local/pg2"); va != vb || va != "out (stale)" {
 		t.Errorf("verdicts %q then %q: want the same stable words", va, vb)
 	}
 	if txt := txtOf(b, "pg2.local."+testZone); !strings.Contains(txt, "heartbeat 47s old") {
 		t.Errorf("TXT still shows the age: %s", txt)
+	}
+	// A heartbeat read from the registry is shown as the time it was
+	// written, which stays true while the node stays out: a cluster is built
+	// again only when something in it changes.
+	at := time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC)
+	in.nodes = testNodes()
+	in.nodes[1].HeartbeatAge, in.nodes[1].Heartbeat = 11*time.Second, at
+	c := build(in)
+	in.nodes[1].HeartbeatAge = time.Hour
+	d := build(in)
+	want := "heartbeat 2026-12-01T10:00:00.123Z, older than stale_after 10s"
+	if tc, td := txtOf(c, "pg2.local."+testZone), txtOf(d, "pg2.local."+testZone); tc != td || !strings.Contains(tc, want) {
+		t.Errorf("TXT %s then %s: want both to say %q", tc, td, want)
 	}
 }
 
 // A role is trimmed and folded: 'Primary ' is a primary (issue 6, item 16).
 func TestRoleTrimmed(t *testing.T) {
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{node("local", "pg1", "192.0.2.1", " Primary ")}})
-	if got := addrsOf(s.names["primary.local."+testZone]); got != "192.0.2.1" {
+	if got := addrsOf(entryOf(s, "primary.local."+testZone)); got != "192.0.2.1" {
 		t.Errorf("' Primary ' should be the primary: %q", got)
 	}
 }

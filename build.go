@@ -1,0 +1,232 @@
+package pgcluster
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/health"
+)
+
+// clusterBuild is one cluster's share of a snapshot: its rows, as given, and
+// what they make. A change to the cluster's rows or verdicts builds it again;
+// any other change leaves it as it is.
+type clusterBuild struct {
+	name string
+	rows []Node // as given; kept for a build when only the verdicts change
+	// parts are the cluster's names in each zone, in the order of the
+	// zones; nil when none of its rows can be served.
+	parts []*part
+	// longest is the longest prefix of a name under the cluster: see
+	// cluster.longest.
+	longest  int
+	stat     clusterStat
+	verdicts map[string]string // by node name: served or not, and why
+	targets  []health.Target
+	skipped  []skipped
+	hash     uint64 // see clusterHash
+	failOpen int    // sets answered all_down open, over every zone
+}
+
+// served reports whether cb has names: a row of it can be served.
+func (cb *clusterBuild) served() bool { return cb != nil && cb.parts != nil }
+
+// buildInput is everything a snapshot is made from.
+type buildInput struct {
+	*settings
+	nodes   []Node
+	aliases []Alias
+	// view is the checks' verdicts by "cluster/name"; a node missing from
+	// it is not checked yet.
+	view health.View
+}
+
+// buildCluster makes the names of one cluster from its rows (every row
+// whose cluster is name in lower case) and the checks' verdicts. It is a
+// pure function of its input: no I/O, no clock, no randomness.
+func buildCluster(set *settings, view health.View, name string, rows []Node) *clusterBuild {
+	cb := &clusterBuild{name: name, rows: rows}
+	in := buildInput{settings: set, view: view}
+	c := cb.validate(in, set.zoneLen())
+	if c == nil {
+		return cb
+	}
+	cb.longest = c.longest()
+	for _, z := range set.zones {
+		b := &builder{cb: cb, in: in, apex: under(name, z), names: map[string]*entry{}}
+		b.cluster(c)
+		b.addEmptyNonTerminals()
+		cb.parts = append(cb.parts, &part{names: b.names})
+	}
+	cb.hash = clusterHash(c)
+	return cb
+}
+
+// under is the name of label just below zone.
+func under(label, zone string) string {
+	if zone == "." {
+		return label + "."
+	}
+	return label + "." + zone
+}
+
+// builder writes a cluster's names in one zone.
+type builder struct {
+	cb    *clusterBuild
+	in    buildInput
+	apex  string // the cluster's name in this zone
+	names map[string]*entry
+}
+
+// entry returns the entry of prefix under the cluster, made when new.
+func (b *builder) entry(prefix string) *entry {
+	e := b.names[prefix]
+	if e == nil {
+		e = &entry{}
+		b.names[prefix] = e
+	}
+	return e
+}
+
+func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
+}
+
+// addAddresses adds A and AAAA records for addrs to e.
+func addAddresses(e *entry, name string, addrs []netip.Addr, ttl uint32) {
+	for _, a := range addrs {
+		if a.Is4() {
+			e.a = append(e.a, &dns.A{Hdr: hdr(name, dns.TypeA, ttl), A: net.IP(a.AsSlice())})
+		} else {
+			e.aaaa = append(e.aaaa, &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA, ttl), AAAA: net.IP(a.AsSlice())})
+		}
+	}
+}
+
+func (b *builder) cluster(c *cluster) {
+	ttl := b.in.ttl
+	serving := func(m *member) bool { return m.serving }
+	// down: a node the registry allows but whose check fails; all_down
+	// open answers these when none of a set serves.
+	down := func(m *member) bool { return m.registryOK && !m.serving }
+	for _, m := range c.members {
+		prefix := m.Name + "."
+		name := prefix + b.apex
+		e := b.entry(prefix)
+		if m.serving {
+			addAddresses(e, name, []netip.Addr{m.addr}, ttl)
+		}
+		e.txt = []dns.RR{&dns.TXT{Hdr: hdr(name, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}}
+	}
+	all, allOpen := pick(c, serving), pick(c, down)
+	primaries := pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
+	primaryOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == rolePrimary })
+	standbys := pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging })
+	standbyOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
+	var primary []*member
+	switch {
+	case len(primaries) == 1:
+		primary = primaries
+	case len(primaries) > 1:
+		// Split brain: no address, and no fail-open either.
+		primaryOpen = nil
+	}
+	if len(primaryOpen) > 1 {
+		primaryOpen = nil
+	}
+	preferStandby, preferOpen := standbys, standbyOpen
+	if len(preferStandby) == 0 && len(primary) == 1 {
+		preferStandby, preferOpen = primary, nil
+	} else if len(preferStandby) == 0 && len(preferOpen) == 0 {
+		preferOpen = primaryOpen
+	}
+	b.set("", all, allOpen)
+	b.set(labelPrimary+".", primary, primaryOpen)
+	b.set(labelStandby+".", standbys, standbyOpen)
+	b.set(labelReplica+".", standbys, standbyOpen)
+	b.set(labelPreferStandby+".", preferStandby, preferOpen)
+	b.entry("").txt = []dns.RR{&dns.TXT{Hdr: hdr(b.apex, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}}
+}
+
+// set writes a set name (the cluster itself, prefix "", or a role under
+// it) with the addresses of members and an SRV record for each.
+func (b *builder) set(prefix string, members, open []*member) {
+	ttl := b.in.ttl
+	owner := prefix + b.apex
+	e := b.entry(prefix)
+	srvPrefix := labelSRV + "." + prefix
+	srvName := srvPrefix + b.apex
+	se := b.entry(srvPrefix)
+	if len(members) == 0 && len(open) > 0 && b.in.allDown == allDownOpen {
+		members = open
+		e.failOpen, se.failOpen = true, true
+		b.cb.failOpen++
+	}
+	for _, m := range members {
+		addAddresses(e, owner, []netip.Addr{m.addr}, ttl)
+		target := m.Name + "." + b.apex
+		se.srv = append(se.srv, &dns.SRV{Hdr: hdr(srvName, dns.TypeSRV, ttl), Priority: 0, Weight: 10, Port: uint16(m.Port), Target: target})
+		// A serving member has one address: its record is srv's glue.
+		var glue entry
+		addAddresses(&glue, target, []netip.Addr{m.addr}, ttl)
+		se.extra = append(append(se.extra, glue.a...), glue.aaaa...)
+	}
+}
+
+// pick returns the members of c for which keep holds, in order.
+func pick(c *cluster, keep func(*member) bool) []*member {
+	var out []*member
+	for _, m := range c.members {
+		if keep(m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// lastRole is the role a node had when last known: read by its check
+// before it failed, else the registry's.
+func lastRole(m *member) string {
+	if m.check.Role != "" {
+		return m.check.Role
+	}
+	return m.Role
+}
+
+// addEmptyNonTerminals makes every name between an owner and the cluster
+// exist, so that it answers NODATA rather than NXDOMAIN.
+func (b *builder) addEmptyNonTerminals() {
+	for _, prefix := range slices.Collect(maps.Keys(b.names)) {
+		for p := parentPrefix(prefix); p != ""; p = parentPrefix(p) {
+			if _, ok := b.names[p]; !ok {
+				b.names[p] = &entry{ent: true}
+			}
+		}
+	}
+}
+
+// parentPrefix is prefix without its first label: "b.c." of "a.b.c.".
+func parentPrefix(prefix string) string {
+	return prefix[strings.IndexByte(prefix, '.')+1:]
+}
+
+// clusterHash fingerprints what the cluster's records are made of: every
+// served row with its verdict (the check's state and cause, whether a
+// standby lags; never a WAL position or a lag in bytes). With the
+// instance's own settings fixed, equal hashes mean equal records. A
+// snapshot's hash is the sum of its clusters' and its aliases', so that a
+// change updates it in proportion to what it changed, and the serial
+// changes only when the content does.
+func clusterHash(c *cluster) uint64 {
+	h := fnv.New64a()
+	for _, m := range c.members {
+		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging)
+	}
+	return h.Sum64()
+}
