@@ -163,7 +163,7 @@ FROM information_schema.role_table_grants WHERE grantee = $1`, readmeRole).Scan(
 	// The user: nothing outside the prefix, no other command.
 	user := redis.NewClient(&redis.Options{Addr: rs.Addr(), Username: readmeRedisUser, Password: redisPass, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { user.Close() })
-	prefix := "pgcluster:" + Zone + ":"
+	prefix := defaultPrefix
 	if err := user.Set(ctx, prefix+"{local/n0}:lease", "x", time.Second).Err(); err != nil {
 		t.Fatalf("the user cannot write under its prefix: %v", err)
 	}
