@@ -1,6 +1,6 @@
 # pgcluster's commands. See README.md.
 #
-#   make build   bin/coredns (and bin/pgdiscover once cmd/pgdiscover exists)
+#   make build   bin/coredns, bin/pgclusterctl (and bin/pgdiscover once cmd/pgdiscover exists)
 #   make test    install what is missing, then vet, gofmt and every test
 #   make run     install what is missing, build, start the local demo
 #   make bench   the benchmarks
@@ -30,6 +30,7 @@ all: build
 
 build:
 	$(GO) build -o bin/coredns ./cmd/coredns
+	$(GO) build -o bin/pgclusterctl ./cmd/pgclusterctl
 ifneq ($(PGDISCOVER),)
 	$(GO) build -o bin/pgdiscover ./cmd/pgdiscover
 endif

@@ -1,0 +1,356 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/lock"
+)
+
+// report is one look at the fleet, as printed (the JSON is for scripts).
+type report struct {
+	Time     time.Time `json:"time"`
+	Registry string    `json:"registry"` // host:port/database
+	Zone     string    `json:"zone"`
+	// Checks: the fleet's check verdicts were read from Redis. Without
+	// them nodes are judged by the registry alone.
+	Checks   bool            `json:"checks"`
+	Fleet    *fleetReport    `json:"fleet,omitempty"`
+	Clusters []clusterReport `json:"clusters"`
+	// OK: every cluster served has exactly one serving primary, and one
+	// cluster at least is served. The exit status is 0 exactly when it holds.
+	OK bool `json:"ok"`
+}
+
+// fleetReport is what Redis says of the fleet.
+type fleetReport struct {
+	Redis   string   `json:"redis"` // scheme and hosts, never a password
+	Prefix  string   `json:"prefix"`
+	Members []string `json:"members"` // the live instances' tokens
+}
+
+type clusterReport struct {
+	Name string `json:"name"`
+	// Served: the zone has the cluster; not when each of its rows is
+	// skipped (then it needs no primary, and the rows_skipped alert says so).
+	Served    bool     `json:"served"`
+	Serving   int      `json:"serving"`
+	Out       int      `json:"out"`
+	Primaries []string `json:"primaries"` // serving nodes claiming to be primary
+	// Skipped are its rows that are never served.
+	Skipped []skippedRow `json:"skipped,omitempty"`
+	// SplitBrain: two or more serving primaries, so primary.<cluster> has
+	// no address.
+	SplitBrain bool `json:"split_brain"`
+	// FailOpen: no node serves, and those the registry allows all fail
+	// their checks: all_down open (the default) answers them anyway.
+	FailOpen bool         `json:"fail_open"`
+	OK       bool         `json:"ok"` // exactly one serving primary, or not served
+	Summary  string       `json:"summary"`
+	Nodes    []nodeReport `json:"nodes"`
+}
+
+// skippedRow is a row never served, as an instance logs and counts it.
+type skippedRow struct {
+	Reason string `json:"reason"` // the rows_skipped metric's
+	Row    string `json:"row"`
+	Why    string `json:"why"`
+}
+
+type nodeReport struct {
+	Name    string `json:"name"`
+	Address string `json:"address"` // address:port as the registry has it
+	// RegistryRole is the registry's role column, trimmed and in lower
+	// case; CheckRole the role the check read (with check postgres).
+	RegistryRole string `json:"registry_role"`
+	CheckRole    string `json:"check_role,omitempty"`
+	// Registry is the registry's verdict alone: in or out, and why.
+	Registry       string `json:"registry"`
+	RegistryReason string `json:"registry_reason"`
+	// Check is the fleet's check verdict: up, down or unknown; "" when the
+	// fleet was not read (no -redis). Its cause and detail while down.
+	Check       string     `json:"check,omitempty"`
+	CheckCause  string     `json:"check_cause,omitempty"`
+	CheckDetail string     `json:"check_detail,omitempty"`
+	CheckedAt   *time.Time `json:"checked_at,omitempty"` // the probe's time
+	// CheckedBy is the token of the instance whose status this is, and
+	// CheckedByLive whether it is a live member of the fleet.
+	CheckedBy     string `json:"checked_by,omitempty"`
+	CheckedByLive bool   `json:"checked_by_live,omitempty"`
+	// StatusError says why the stored status was not used: refused
+	// (unsigned, wrongly signed, unreadable), or of another address.
+	StatusError string `json:"status_error,omitempty"`
+	// LagBytes is how far its replay trails the primary, when known.
+	LagBytes *int64 `json:"lag_bytes,omitempty"`
+	Lagging  bool   `json:"lagging,omitempty"` // over max_lag: out of standby.
+	// Lease is the token of the instance holding the node's lease (the
+	// one that checks it), LeaseLive whether it is a live member.
+	Lease     string `json:"lease,omitempty"`
+	LeaseLive bool   `json:"lease_live,omitempty"`
+	// State is in or out; Reason the word an instance shows in TXT and
+	// logs; Detail what a person reads.
+	State  string `json:"state"`
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func newFleetReport(f *lock.Fleet, o statusOptions) *fleetReport {
+	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}}
+	for _, m := range f.Members {
+		fr.Members = append(fr.Members, m.Token)
+	}
+	return fr
+}
+
+func newClusterReport(c pgcluster.ClusterJudgement, f *lock.Fleet) clusterReport {
+	cr := clusterReport{Name: c.Name, Serving: c.Serving, Out: c.Out, Primaries: c.Primaries, Nodes: []nodeReport{}}
+	if cr.Primaries == nil {
+		cr.Primaries = []string{}
+	}
+	for _, sk := range c.Skipped {
+		cr.Skipped = append(cr.Skipped, skippedRow{Reason: sk.Reason, Row: sk.Row, Why: skipWhy[sk.Reason]})
+	}
+	allowed := 0
+	for _, j := range c.Nodes {
+		if j.RegistryServing {
+			allowed++
+		}
+		cr.Nodes = append(cr.Nodes, newNodeReport(j, f))
+	}
+	cr.Served = c.Serving+c.Out > 0
+	cr.SplitBrain = len(c.Primaries) > 1
+	cr.FailOpen = c.Serving == 0 && allowed > 0
+	cr.OK = len(c.Primaries) == 1 || !cr.Served
+	cr.Summary = cr.summary()
+	return cr
+}
+
+func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
+	nr := nodeReport{Name: j.Name, Address: addrText(j.Node), RegistryRole: j.RegistryRole, Registry: "out"}
+	if j.RegistryServing {
+		nr.Registry = "in"
+	}
+	nr.RegistryReason = j.RegistryReason
+	nr.State, nr.Reason, nr.Detail = "out", j.Reason, j.Detail
+	if j.Serving {
+		nr.State = "in"
+	}
+	if j.Lag >= 0 {
+		lag := j.Lag
+		nr.LagBytes, nr.Lagging = &lag, j.Lagging
+	}
+	if f == nil {
+		return nr
+	}
+	v := j.Check
+	nr.Check, nr.CheckRole = v.State.String(), v.Role
+	if v.State == health.Down {
+		nr.CheckCause, nr.CheckDetail = v.Cause, v.Detail
+	}
+	if !v.Last.IsZero() {
+		at := v.Last.UTC()
+		nr.CheckedAt = &at
+	}
+	if strings.HasPrefix(j.Reason, "check_") {
+		nr.Detail = v.Detail
+	}
+	k := f.Keys[j.Cluster+"/"+j.Name]
+	nr.Lease, nr.LeaseLive = k.Holder, k.Holder != "" && f.Live(k.Holder)
+	switch {
+	case k.Err != nil:
+		nr.StatusError = "the stored status is refused: " + k.Err.Error()
+	case k.Status != nil && k.Status.Addr != target(j.Node):
+		nr.StatusError = "the stored status is of " + k.Status.Addr.String() + ", not the registry's address"
+	case k.Status != nil:
+		nr.CheckedBy, nr.CheckedByLive = k.Status.Holder, f.Live(k.Status.Holder)
+	}
+	return nr
+}
+
+// skipWhy says why a row is skipped, by the rows_skipped metric's reason.
+var skipWhy = map[string]string{
+	"invalid_name":  "the cluster or node name is not a DNS label (letters, digits, inner hyphens)",
+	"reserved_name": "a node named primary, standby, replica or prefer-standby, or a cluster named ns",
+	"duplicate":     "another row has this name in another case, and is served instead",
+	"name_too_long": "its names would be longer than 255 octets in the zone",
+}
+
+func addrText(n pgcluster.Node) string {
+	if !n.Address.IsValid() {
+		return "-"
+	}
+	if n.Network.IsValid() {
+		return n.Network.String()
+	}
+	return target(n).String()
+}
+
+// summary is the cluster's line: serving, primary, split brain.
+func (c clusterReport) summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d serving, %d out", c.Name, c.Serving, c.Out)
+	if len(c.Skipped) > 0 {
+		fmt.Fprintf(&b, ", %d skipped", len(c.Skipped))
+	}
+	switch {
+	case !c.Served:
+		b.WriteString("; not served: every row is skipped")
+	case c.SplitBrain:
+		fmt.Fprintf(&b, "; SPLIT BRAIN: %s claim to be primary, primary.%s has no address", strings.Join(c.Primaries, ", "), c.Name)
+	case len(c.Primaries) == 1:
+		fmt.Fprintf(&b, "; primary %s", c.Primaries[0])
+	default:
+		fmt.Fprintf(&b, "; NO SERVING PRIMARY: primary.%s has no address", c.Name)
+	}
+	if c.FailOpen {
+		b.WriteString("; every node the registry allows fails its check: answered anyway under all_down open (the default)")
+	}
+	return b.String()
+}
+
+// exitCode is the exit status the report makes.
+func (r *report) exitCode() int {
+	if r.OK {
+		return exitOK
+	}
+	return exitNotOK
+}
+
+// write prints the report as a table, or as JSON: one line when watching,
+// indented otherwise. clearScreen first clears a terminal.
+func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		if !watching {
+			enc.SetIndent("", "  ")
+		}
+		return enc.Encode(r)
+	}
+	if clearScreen {
+		fmt.Fprint(w, "\x1b[H\x1b[2J")
+	}
+	fmt.Fprintf(w, "registry %s, zone %s, at %s\n", r.Registry, r.Zone, r.Time.Format(time.RFC3339))
+	if r.Fleet != nil {
+		short := make([]string, len(r.Fleet.Members))
+		for i, m := range r.Fleet.Members {
+			short[i] = shortToken(m)
+		}
+		fmt.Fprintf(w, "fleet    %s, prefix %s, %d live instances: %s\n", r.Fleet.Redis, r.Fleet.Prefix, len(short), strings.Join(short, " "))
+	} else {
+		fmt.Fprintln(w, "fleet    not read (no -redis): nodes judged by the registry alone; the fleet's checks may take more out")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CLUSTER\tNODE\tADDRESS\tROLE\tCHECK ROLE\tREGISTRY\tCHECK\tCHECKED BY\tLAG\tLEASE\tSTATE\tREASON")
+	for _, c := range r.Clusters {
+		for _, n := range c.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				c.Name, n.Name, n.Address, dash(n.RegistryRole), dash(n.CheckRole), n.registryText(), n.checkText(),
+				member(n.CheckedBy, n.CheckedByLive), n.lagText(), n.leaseText(r.Fleet != nil), n.State, n.reasonText())
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	bad, served := 0, 0
+	for _, c := range r.Clusters {
+		fmt.Fprintln(w, c.Summary)
+		for _, sk := range c.Skipped {
+			fmt.Fprintf(w, "  skipped, never served: %s (%s): %s\n", sk.Row, sk.Reason, sk.Why)
+		}
+		if !c.OK {
+			bad++
+		}
+		if c.Served {
+			served++
+		}
+	}
+	switch {
+	case served == 0:
+		fmt.Fprintln(w, "the registry has no node served")
+	case bad == 0:
+		fmt.Fprintf(w, "every cluster served (%d) has one serving primary\n", served)
+	default:
+		fmt.Fprintf(w, "%d of %d clusters served without exactly one serving primary\n", bad, served)
+	}
+	_, err := fmt.Fprintln(w)
+	return err
+}
+
+func (n nodeReport) registryText() string {
+	switch n.Registry {
+	case "":
+		return "-"
+	case "out":
+		return "out (" + n.RegistryReason + ")"
+	}
+	return n.Registry
+}
+
+func (n nodeReport) checkText() string {
+	switch {
+	case n.StatusError != "":
+		return "? " + n.StatusError
+	case n.Check == "":
+		return "-"
+	case n.CheckCause != "":
+		return n.Check + " (" + n.CheckCause + ")"
+	}
+	return n.Check
+}
+
+func (n nodeReport) lagText() string {
+	switch {
+	case n.LagBytes == nil:
+		return "-"
+	case n.Lagging:
+		return strconv.FormatInt(*n.LagBytes, 10) + " (over max_lag)"
+	}
+	return strconv.FormatInt(*n.LagBytes, 10)
+}
+
+func (n nodeReport) leaseText(fleet bool) string {
+	switch {
+	case !fleet:
+		return "-"
+	case n.Lease == "":
+		return "none"
+	}
+	return member(n.Lease, n.LeaseLive)
+}
+
+func (n nodeReport) reasonText() string {
+	if n.Detail == "" {
+		return n.Reason
+	}
+	return n.Reason + ": " + n.Detail
+}
+
+// member shows an instance's token, cut to 8 characters, marked when it is
+// not a live member of the fleet.
+func member(token string, live bool) string {
+	if token == "" {
+		return "-"
+	}
+	if !live {
+		return shortToken(token) + " (gone)"
+	}
+	return shortToken(token)
+}
+
+func shortToken(t string) string { return t[:min(len(t), 8)] }
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
