@@ -76,17 +76,23 @@ func checkInstructions(w io.Writer, d *demo) {
 	fmt.Fprintf(w, `Every node is checked (check postgres) by the one instance holding its lease,
 which publishes each verdict through Redis to the others: the role PostgreSQL
 reports decides primary. and standby., whatever the registry's role column
-says. Stop pg3's server and watch all three instances drop it within
+says. See every node in or out and why, which instance holds its lease and
+which checked it (instances by their token in Redis; exit status 0 while
+every cluster has one serving primary):
+  %[8]s
+Stop pg3's server and watch all three instances drop it within
 fall x interval + timeout (3 s here):
-  watch -n1 '%[1]s'
+  watch -n1 '%[1]s'        # or: %[8]s -watch
   %[3]s stop -m fast
   dig @127.0.0.1 -p %[2]s TXT pg3.local.%[4]s    # reason=check_refused
+  %[8]s    # pg3: down (refused), out, check_refused
   %[3]s start
 Fail over for real: stop the primary pg1, promote pg2, and watch primary.:
   watch -n1 '%[5]s'
   %[6]s stop -m fast && %[7]s promote
 
-`, digLoop(d, "local."+zone), d.fleet[len(d.fleet)-1].port(), pgCtl(pg3), zone, digLoop(d, "primary.local."+zone), pgCtl(pg1), pgCtl(pg2))
+`, digLoop(d, "local."+zone), d.fleet[len(d.fleet)-1].port(), pgCtl(pg3), zone, digLoop(d, "primary.local."+zone), pgCtl(pg1), pgCtl(pg2),
+		"bin/pgclusterctl status -postgres '"+d.dsn+"' -redis "+d.redis.URL()+" -allow-loopback")
 }
 
 // redisInstructions prints what to try with Redis: stop or freeze it and
