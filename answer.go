@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"net"
 	"slices"
 	"strings"
 
@@ -94,20 +95,12 @@ func nameLen(name string) int { return len(name) + 1 }
 // further along on each query, so that over n queries each one comes first once.
 func (p *PgCluster) rotation(n int) int { return int(p.rotate.Add(1) % uint32(n)) }
 
-// addresses appends to m's answer as many of rrs (one RRset: A or AAAA
-// records of one owner, rdlen octets of data each) as fit b, taken in turn
-// from a rotating start. The cost is that of the records returned, whatever
-// the size of the set.
-func addresses[T any, PT interface {
-	*T
-	dns.RR
-}](p *PgCluster, m *dns.Msg, b *budget, rrs []dns.RR, rdlen int) {
-	n := len(rrs)
-	if n == 0 {
-		return
-	}
+// fit counts in b what k of n records of one RRset (A or AAAA records of
+// owner, rdlen octets of data each) take, as many as fit, and returns k.
+// The cost is that of the records returned, whatever the size of the set.
+func fit(b *budget, owner string, n, rdlen int) int {
 	// The first record spells its owner out, the others point to it.
-	first := b.ownerLen(rrs[0].Header().Name) + rrFixedLen + rdlen
+	first := b.ownerLen(owner) + rrFixedLen + rdlen
 	each := pointerLen + rrFixedLen + rdlen
 	k := 0
 	if left := b.left(); left >= first {
@@ -117,10 +110,55 @@ func addresses[T any, PT interface {
 	if k < n {
 		b.partial = true
 	}
+	return k
+}
+
+// addressesA appends to m's answer as many of e's A records as fit b,
+// taken in turn from a rotating start. The records are made into new
+// arrays: nothing a writer does to the reply reaches the snapshot.
+func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
+	n := len(e.a)
+	if n == 0 {
+		return
+	}
+	k := fit(b, e.owner, n, net.IPv4len)
 	if k == 0 {
 		return
 	}
-	m.Answer = appendCopies[T, PT](slices.Grow(m.Answer, k), rrs, p.rotation(n), k)
+	recs, ips := make([]dns.A, k), make([]byte, k*net.IPv4len)
+	m.Answer = slices.Grow(m.Answer, k)
+	for i, j := 0, p.rotation(n); i < k; i++ {
+		ip := ips[i*net.IPv4len : (i+1)*net.IPv4len : (i+1)*net.IPv4len]
+		copy(ip, e.a[j][:])
+		recs[i] = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: ip}
+		m.Answer = append(m.Answer, &recs[i])
+		if j++; j == n {
+			j = 0
+		}
+	}
+}
+
+// addressesAAAA is addressesA for AAAA records.
+func (p *PgCluster) addressesAAAA(m *dns.Msg, b *budget, e *entry) {
+	n := len(e.aaaa)
+	if n == 0 {
+		return
+	}
+	k := fit(b, e.owner, n, net.IPv6len)
+	if k == 0 {
+		return
+	}
+	recs, ips := make([]dns.AAAA, k), make([]byte, k*net.IPv6len)
+	m.Answer = slices.Grow(m.Answer, k)
+	for i, j := 0, p.rotation(n); i < k; i++ {
+		ip := ips[i*net.IPv6len : (i+1)*net.IPv6len : (i+1)*net.IPv6len]
+		copy(ip, e.aaaa[j][:])
+		recs[i] = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: ip}
+		m.Answer = append(m.Answer, &recs[i])
+		if j++; j == n {
+			j = 0
+		}
+	}
 }
 
 // appendCopies appends copies of k records of rrs, from start on and around,
@@ -153,34 +191,34 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	start := p.rotation(n)
 	// First count what fits: SRV records go in the answer, their glue after
 	// all of them in the additional section.
-	owner := b.ownerLen(e.srv[0].Header().Name)
+	owner := b.ownerLen(e.owner)
 	answer, extra := b.used, 0
 	k, k4 := 0, 0
 	// parent is the domain every target of the set is in (its cluster's
 	// name), once packed within reach of a pointer.
 	parent := ""
 	for j := start; k < n; k++ {
-		srv := e.srv[j].(*dns.SRV)
-		target := nameLen(srv.Target)
+		srv := e.srv[j]
+		target := nameLen(srv.target)
 		srvLen := owner + rrFixedLen + srvFixedLen + target
 		// miekg/dns does not compress an SRV target, but remembers it and its
 		// parents when it starts within reach of a pointer: the glue's owner
 		// then points to it, or else to the parent.
-		label := strings.IndexByte(srv.Target, '.') + 1
+		label := strings.IndexByte(srv.target, '.') + 1
 		glueOwner := target
 		switch {
 		case answer+srvLen-target < maxPointer:
 			glueOwner = pointerLen
 			if parent == "" {
-				parent = srv.Target[label:]
+				parent = srv.target[label:]
 			}
-		case parent != "" && srv.Target[label:] == parent:
+		case parent != "" && srv.target[label:] == parent:
 			glueOwner = label + pointerLen
 		}
-		glueLen := glueOwner + rrFixedLen + 16
-		_, v4 := e.extra[j].(*dns.A)
+		v4 := srv.addr.Is4()
+		glueLen := glueOwner + rrFixedLen + net.IPv6len
 		if v4 {
-			glueLen = glueOwner + rrFixedLen + 4
+			glueLen = glueOwner + rrFixedLen + net.IPv4len
 		}
 		if answer+srvLen+extra+glueLen > b.size {
 			break
@@ -202,17 +240,26 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	if k == 0 {
 		return
 	}
-	m.Answer = appendCopies[dns.SRV](slices.Grow(m.Answer, k), e.srv, start, k)
-	// Then copy the glue in the same order, A and AAAA records each into one array.
+	// Then make the records: SRV in the answer, the glue in the same order,
+	// each kind into one array.
+	recs := make([]dns.SRV, k)
 	a, aaaa := make([]dns.A, 0, k4), make([]dns.AAAA, 0, k-k4)
+	ips := make([]byte, 0, k4*net.IPv4len+(k-k4)*net.IPv6len)
+	m.Answer = slices.Grow(m.Answer, k)
 	m.Extra = make([]dns.RR, 0, k)
 	for i, j := 0, start; i < k; i++ {
-		switch rr := e.extra[j].(type) {
-		case *dns.A:
-			a = append(a, *rr)
+		srv := e.srv[j]
+		recs[i] = dns.SRV{Hdr: hdr(e.owner, dns.TypeSRV, p.ttl), Priority: 0, Weight: 10, Port: srv.port, Target: srv.target}
+		m.Answer = append(m.Answer, &recs[i])
+		if srv.addr.Is4() {
+			ip4 := srv.addr.As4()
+			ips = append(ips, ip4[:]...)
+			a = append(a, dns.A{Hdr: hdr(srv.target, dns.TypeA, p.ttl), A: ips[len(ips)-net.IPv4len : len(ips) : len(ips)]})
 			m.Extra = append(m.Extra, &a[len(a)-1])
-		case *dns.AAAA:
-			aaaa = append(aaaa, *rr)
+		} else {
+			ip6 := srv.addr.As16()
+			ips = append(ips, ip6[:]...)
+			aaaa = append(aaaa, dns.AAAA{Hdr: hdr(srv.target, dns.TypeAAAA, p.ttl), AAAA: ips[len(ips)-net.IPv6len : len(ips) : len(ips)]})
 			m.Extra = append(m.Extra, &aaaa[len(aaaa)-1])
 		}
 		if j++; j == n {

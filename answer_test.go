@@ -90,8 +90,14 @@ func fingerprint(s *snapshot) string {
 			continue
 		}
 		e := o.e
-		fmt.Fprintf(&sb, "%s %v ent=%t open=%t\n", name, e.soa, e.ent, e.failOpen)
-		for _, sec := range [][]dns.RR{e.a, e.aaaa, e.txt, e.srv, e.extra, e.ns} {
+		var soa *dns.SOA
+		var ns []dns.RR
+		if e.apex != nil {
+			soa, ns = e.apex.soa, e.apex.ns
+		}
+		fmt.Fprintf(&sb, "%s %v ent=%t open=%t\n", name, soa, e.ent, e.failOpen)
+		a, aaaa, srv, extra := records(e)
+		for _, sec := range [][]dns.RR{a, aaaa, e.txt, srv, extra, ns} {
 			fmt.Fprintf(&sb, "%d:", len(sec))
 			for _, rr := range sec {
 				sb.WriteString(rr.String())
@@ -307,7 +313,7 @@ func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
 		// Nothing came: then not even the smallest record fitted after the CNAMEs.
 		smallest := map[uint16]int{dns.TypeA: 16, dns.TypeAAAA: 28}[q.qtype]
 		if q.qtype == dns.TypeSRV {
-			smallest = 18 + nameLen(e.srv[0].(*dns.SRV).Target) + 16
+			smallest = 18 + nameLen(e.srv[0].target) + 16
 		}
 		if l := c.Len() + smallest; l <= buf {
 			return fmt.Errorf("no record of %d, though one fitted (%d of %d octets)", total, l, buf)
@@ -328,11 +334,12 @@ func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
 		unit += dns.Len(rr)
 	}
 	one := 0
-	for _, rr := range append(slices.Clone(e.a), e.aaaa...) {
+	a, aaaa, srv, extra := records(e)
+	for _, rr := range append(a, aaaa...) {
 		one = max(one, dns.Len(rr))
 	}
-	for i, rr := range e.srv {
-		one = max(one, dns.Len(rr)+dns.Len(e.extra[i]))
+	for i, rr := range srv {
+		one = max(one, dns.Len(rr)+dns.Len(extra[i]))
 	}
 	unit += one
 	if left := buf - c.Len(); left >= unit {

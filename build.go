@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
-	"net"
-	"net/netip"
 	"slices"
 	"strings"
 
@@ -82,13 +80,14 @@ type builder struct {
 	in    buildInput
 	apex  string // the cluster's name in this zone
 	names map[string]*entry
+	nodes map[*member]string // each member's name
 }
 
 // entry returns the entry of prefix under the cluster, made when new.
 func (b *builder) entry(prefix string) *entry {
 	e := b.names[prefix]
 	if e == nil {
-		e = &entry{}
+		e = &entry{owner: prefix + b.apex}
 		b.names[prefix] = e
 	}
 	return e
@@ -98,31 +97,20 @@ func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
 	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: ttl}
 }
 
-// addAddresses adds A and AAAA records for addrs to e.
-func addAddresses(e *entry, name string, addrs []netip.Addr, ttl uint32) {
-	for _, a := range addrs {
-		if a.Is4() {
-			e.a = append(e.a, &dns.A{Hdr: hdr(name, dns.TypeA, ttl), A: net.IP(a.AsSlice())})
-		} else {
-			e.aaaa = append(e.aaaa, &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA, ttl), AAAA: net.IP(a.AsSlice())})
-		}
-	}
-}
-
 func (b *builder) cluster(c *cluster) {
 	ttl := b.in.ttl
 	serving := func(m *member) bool { return m.serving }
 	// down: a node the registry allows but whose check fails; all_down
 	// open answers these when none of a set serves.
 	down := func(m *member) bool { return m.registryOK && !m.serving }
+	b.nodes = make(map[*member]string, len(c.members))
 	for _, m := range c.members {
-		prefix := m.Name + "."
-		name := prefix + b.apex
-		e := b.entry(prefix)
+		e := b.entry(m.Name + ".")
+		b.nodes[m] = e.owner
 		if m.serving {
-			addAddresses(e, name, []netip.Addr{m.addr}, ttl)
+			e.add(m.addr)
 		}
-		e.txt = []dns.RR{&dns.TXT{Hdr: hdr(name, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}}
+		e.txt = []dns.RR{&dns.TXT{Hdr: hdr(e.owner, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}}
 	}
 	all, allOpen := pick(c, serving), pick(c, down)
 	primaries := pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
@@ -151,31 +139,32 @@ func (b *builder) cluster(c *cluster) {
 	b.set(labelStandby+".", standbys, standbyOpen)
 	b.set(labelReplica+".", standbys, standbyOpen)
 	b.set(labelPreferStandby+".", preferStandby, preferOpen)
-	b.entry("").txt = []dns.RR{&dns.TXT{Hdr: hdr(b.apex, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}}
+	ce := b.entry("")
+	ce.txt = []dns.RR{&dns.TXT{Hdr: hdr(ce.owner, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}}
 }
 
 // set writes a set name (the cluster itself, prefix "", or a role under
 // it) with the addresses of members and an SRV record for each.
 func (b *builder) set(prefix string, members, open []*member) {
-	ttl := b.in.ttl
-	owner := prefix + b.apex
 	e := b.entry(prefix)
-	srvPrefix := labelSRV + "." + prefix
-	srvName := srvPrefix + b.apex
-	se := b.entry(srvPrefix)
+	se := b.entry(labelSRV + "." + prefix)
 	if len(members) == 0 && len(open) > 0 && b.in.allDown == allDownOpen {
 		members = open
 		e.failOpen, se.failOpen = true, true
 		b.cb.failOpen++
 	}
+	// Exactly the room needed: a zone holds hundreds of thousands of sets.
+	v4 := 0
 	for _, m := range members {
-		addAddresses(e, owner, []netip.Addr{m.addr}, ttl)
-		target := m.Name + "." + b.apex
-		se.srv = append(se.srv, &dns.SRV{Hdr: hdr(srvName, dns.TypeSRV, ttl), Priority: 0, Weight: 10, Port: uint16(m.Port), Target: target})
-		// A serving member has one address: its record is srv's glue.
-		var glue entry
-		addAddresses(&glue, target, []netip.Addr{m.addr}, ttl)
-		se.extra = append(append(se.extra, glue.a...), glue.aaaa...)
+		if m.addr.Is4() {
+			v4++
+		}
+	}
+	e.a, e.aaaa = make([][4]byte, 0, v4), make([][16]byte, 0, len(members)-v4)
+	se.srv = make([]service, 0, len(members))
+	for _, m := range members {
+		e.add(m.addr)
+		se.srv = append(se.srv, service{target: b.nodes[m], addr: m.addr, port: uint16(m.Port)})
 	}
 }
 
@@ -205,7 +194,7 @@ func (b *builder) addEmptyNonTerminals() {
 	for _, prefix := range slices.Collect(maps.Keys(b.names)) {
 		for p := parentPrefix(prefix); p != ""; p = parentPrefix(p) {
 			if _, ok := b.names[p]; !ok {
-				b.names[p] = &entry{ent: true}
+				b.names[p] = ent
 			}
 		}
 	}

@@ -79,7 +79,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
-		m.Ns = []dns.RR{copyRR(snap.parts[zone].names[""].soa)}
+		m.Ns = []dns.RR{copyRR(snap.parts[zone].names[""].apex.soa)}
 	} else if b.failOpen && p.failOpen != nil {
 		p.failOpen.Inc()
 	}
@@ -130,18 +130,20 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e
 	}
 	switch qtype {
 	case dns.TypeA:
-		addresses[dns.A](p, m, b, e.a, 4)
+		p.addressesA(m, b, e)
 	case dns.TypeAAAA:
-		addresses[dns.AAAA](p, m, b, e.aaaa, 16)
+		p.addressesAAAA(m, b, e)
 	case dns.TypeSRV:
 		p.services(m, b, e)
 	case dns.TypeTXT:
 		m.Answer = appendCopies[dns.TXT](m.Answer, e.txt, 0, len(e.txt))
 	case dns.TypeNS:
-		m.Answer = appendCopies[dns.NS](m.Answer, e.ns, 0, len(e.ns))
+		if e.apex != nil {
+			m.Answer = appendCopies[dns.NS](m.Answer, e.apex.ns, 0, len(e.apex.ns))
+		}
 	case dns.TypeSOA:
-		if e.soa != nil {
-			m.Answer = append(m.Answer, copyRR(e.soa))
+		if e.apex != nil && e.apex.soa != nil {
+			m.Answer = append(m.Answer, copyRR(e.apex.soa))
 		}
 	}
 	return dns.RcodeSuccess

@@ -329,7 +329,8 @@ func TestMultipleZones(t *testing.T) {
 
 func addrsOf(e *entry) string {
 	var out []string
-	for _, rr := range append(append([]dns.RR{}, e.a...), e.aaaa...) {
+	a, aaaa, _, _ := records(e)
+	for _, rr := range append(a, aaaa...) {
 		switch r := rr.(type) {
 		case *dns.A:
 			out = append(out, r.A.String())

@@ -7,8 +7,8 @@ func TestSerialFollowsContent(t *testing.T) {
 	pb := &publisher{p: p, set: &settings{zones: []string{testZone}, ttl: 5}}
 	pb.apply(testNodes(), testAliases)
 	first := p.snap.Load()
-	if first.serial == 0 || first.parts[testZone].names[""].soa.Serial != first.serial {
-		t.Fatalf("first serial %d, SOA %v", first.serial, first.parts[testZone].names[""].soa)
+	if first.serial == 0 || first.parts[testZone].names[""].apex.soa.Serial != first.serial {
+		t.Fatalf("first serial %d, SOA %v", first.serial, first.parts[testZone].names[""].apex.soa)
 	}
 	pb.apply(testNodes(), testAliases)
 	if s := p.snap.Load(); s == first || s.serial != first.serial {

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -11,20 +12,51 @@ import (
 	"github.com/pgcluster/pgcluster/health"
 )
 
-// entry is one owner name of the zone with every record it has.
+// entry is one owner name of the zone with every record it has. Addresses
+// and SRV records are kept as their data alone, and made into records for
+// each answer (the answer's records are the writers' to change, never the
+// snapshot's): a node is in up to five sets, and a zone of 50,000 nodes
+// would otherwise hold a million records.
 type entry struct {
-	a, aaaa []dns.RR
-	txt     []dns.RR
-	srv     []dns.RR
-	extra   []dns.RR // the glue: extra[i] is the address of srv[i]'s target
-	ns      []dns.RR
-	soa     *dns.SOA
+	owner string // the name, as its records spell it
+	a     [][4]byte
+	aaaa  [][16]byte
+	srv   []service
+	txt   []dns.RR
+	// apex holds a zone apex's own records.
+	apex *apexRecords
 	// failOpen: the addresses and SRV records are of nodes that fail their
 	// check, answered because all of the set's nodes do (all_down open).
 	failOpen bool
 	// ent marks an empty non-terminal: a name that exists only because
 	// names under it do. Under an alias, such a name has no CNAME.
 	ent bool
+}
+
+// apexRecords are the records only a zone's apex has.
+type apexRecords struct {
+	ns  []dns.RR
+	soa *dns.SOA
+}
+
+// ent is the entry of every empty non-terminal: it has nothing, so all share it.
+var ent = &entry{ent: true}
+
+// service is an SRV record of a set, and its glue: the node's name, port
+// and address.
+type service struct {
+	target string
+	addr   netip.Addr
+	port   uint16
+}
+
+// add adds the address a to e: an A record's, or an AAAA record's.
+func (e *entry) add(a netip.Addr) {
+	if a.Is4() {
+		e.a = append(e.a, a.As4())
+	} else {
+		e.aaaa = append(e.aaaa, a.As16())
+	}
 }
 
 // part holds the names at and under one name just below a zone: a
@@ -95,10 +127,12 @@ func emptySnapshot(set *settings) *snapshot {
 		skips:    map[string]int{},
 	}
 	for _, z := range set.zones {
-		apex := &entry{ns: []dns.RR{&dns.NS{Hdr: hdr(z, dns.TypeNS, set.ttl), Ns: under(labelNS, z)}}}
+		apex := &entry{owner: z, apex: &apexRecords{ns: []dns.RR{&dns.NS{Hdr: hdr(z, dns.TypeNS, set.ttl), Ns: under(labelNS, z)}}}}
 		s.parts[z] = &part{names: map[string]*entry{"": apex}}
-		ns := &entry{}
-		addAddresses(ns, under(labelNS, z), set.nsAddrs, set.ttl)
+		ns := &entry{owner: under(labelNS, z)}
+		for _, a := range set.nsAddrs {
+			ns.add(a)
+		}
 		s.parts[under(labelNS, z)] = &part{names: map[string]*entry{"": ns}}
 	}
 	return s
@@ -425,7 +459,8 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	s.serial = serial
 	for _, z := range s.set.zones {
 		apex := *s.parts[z].names[""]
-		apex.soa = &dns.SOA{
+		apex.apex = &apexRecords{ns: apex.apex.ns}
+		apex.apex.soa = &dns.SOA{
 			Hdr:     hdr(z, dns.TypeSOA, ttl),
 			Ns:      under(labelNS, z),
 			Mbox:    "hostmaster." + z,

@@ -58,3 +58,20 @@ func allSkipped(s *snapshot) []skipped {
 func (pb *publisher) apply(nodes []Node, aliases []Alias) {
 	pb.applyAt(rowsUpdate{nodes: groupNodes(nodes), full: true, aliases: aliases, aliasesSet: true, loadedAt: time.Now()})
 }
+
+// records returns e's A and AAAA records, its SRV records and their glue,
+// as an answer with room for all of them holds them (from the first one).
+func records(e *entry) (a, aaaa, srv, extra []dns.RR) {
+	p := &PgCluster{ttl: 5}
+	p.rotate.Store(^uint32(0)) // the next rotation starts at 0
+	m := new(dns.Msg)
+	b := &budget{size: 1 << 30}
+	p.addressesA(m, b, e)
+	a, m.Answer = m.Answer, nil
+	p.rotate.Store(^uint32(0))
+	p.addressesAAAA(m, b, e)
+	aaaa, m.Answer = m.Answer, nil
+	p.rotate.Store(^uint32(0))
+	p.services(m, b, e)
+	return a, aaaa, m.Answer, m.Extra
+}
