@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,8 +73,10 @@ type registry struct {
 	// Touched only by start-up (restore) and then run's goroutine.
 	wasUp   bool   // last state logged
 	lastErr string // what of the last failure logged
-	served  bool   // a snapshot is served: loaded, or restored from the last instance
-	kept    bool   // holds a place in lastLoads
+	// connected names the server of the session up (see setUp), "" while down.
+	connected string
+	served    bool // a snapshot is served: loaded, or restored from the last instance
+	kept      bool // holds a place in lastLoads
 
 	// rows is the registry as followed, and fresh how stale_after judged
 	// each node's heartbeat when last published: by served cluster, in the
@@ -183,7 +186,7 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 		return err
 	}
 	loadedOK()
-	r.setUp()
+	r.setUp(connectedRegistry(conn))
 	fullAt := time.Now().Add(r.set.refresh)
 	for {
 		due := min(time.Until(fullAt), next, r.ageTick())
@@ -504,22 +507,33 @@ func (r *registry) ageTick() time.Duration {
 	return min(r.set.staleAfter/2, time.Second)
 }
 
-func (r *registry) setUp() {
+// setUp records a session up, connected to the registry server named
+// connected (host:port/database: with several hosts in the DSN, the one
+// that took the session).
+func (r *registry) setUp(connected string) {
 	registryUp.WithLabelValues(r.zone()).Set(1)
-	if !r.wasUp {
-		log.Infof("Registry %s reachable again: listening and reloaded in full", redact(r.set.dsn))
+	if connected == "" {
+		connected = redact(r.set.dsn)
 	}
-	r.wasUp, r.lastErr = true, ""
+	if !r.wasUp {
+		log.Infof("Registry %s reachable again: listening and reloaded in full", connected)
+	}
+	r.wasUp, r.lastErr, r.connected = true, "", connected
 }
 
 // setDown records a failed session and logs it: once per kind of failure.
+// A session that was up is named by the server it was connected to.
 func (r *registry) setDown(err error) {
 	registryUp.WithLabelValues(r.zone()).Set(0)
 	p := diagnose(err, dsnUser(r.set.dsn))
-	if r.wasUp || p.what != r.lastErr {
-		log.Warning(downMessage(redact(r.set.dsn), p, r.served, errText(err, r.set.dsn)))
+	name := redact(r.set.dsn)
+	if r.wasUp && r.connected != "" {
+		name = r.connected
 	}
-	r.wasUp, r.lastErr = false, p.what
+	if r.wasUp || p.what != r.lastErr {
+		log.Warning(downMessage(name, p, r.served, errText(err, r.set.dsn)))
+	}
+	r.wasUp, r.lastErr, r.connected = false, p.what, ""
 }
 
 // errText is err's message without the DSN's password: an unparsable DSN,
@@ -555,7 +569,15 @@ func redact(dsn string) string {
 	if err != nil {
 		return "(unparsable DSN)"
 	}
-	return fmt.Sprintf("%s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+	// Every host of a multi-host DSN, once each (sslmode=prefer adds a
+	// fallback per host).
+	hosts := []string{net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))}
+	for _, f := range cfg.Fallbacks {
+		if h := net.JoinHostPort(f.Host, strconv.Itoa(int(f.Port))); !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return strings.Join(hosts, ",") + "/" + cfg.Database
 }
 
 // network returns p when its mask is shorter than a host's, else the zero
