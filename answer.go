@@ -125,13 +125,17 @@ func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
 	if k == 0 {
 		return
 	}
-	recs, ips := make([]dns.A, k), make([]byte, k*net.IPv4len)
+	// One array holds the records and their addresses.
+	recs := make([]struct {
+		rr dns.A
+		ip [net.IPv4len]byte
+	}, k)
 	m.Answer = slices.Grow(m.Answer, k)
 	for i, j := 0, p.rotation(n); i < k; i++ {
-		ip := ips[i*net.IPv4len : (i+1)*net.IPv4len : (i+1)*net.IPv4len]
-		copy(ip, e.a[j][:])
-		recs[i] = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: ip}
-		m.Answer = append(m.Answer, &recs[i])
+		r := &recs[i]
+		r.ip = e.a[j]
+		r.rr = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: r.ip[:]}
+		m.Answer = append(m.Answer, &r.rr)
 		if j++; j == n {
 			j = 0
 		}
@@ -148,13 +152,16 @@ func (p *PgCluster) addressesAAAA(m *dns.Msg, b *budget, e *entry) {
 	if k == 0 {
 		return
 	}
-	recs, ips := make([]dns.AAAA, k), make([]byte, k*net.IPv6len)
+	recs := make([]struct {
+		rr dns.AAAA
+		ip [net.IPv6len]byte
+	}, k)
 	m.Answer = slices.Grow(m.Answer, k)
 	for i, j := 0, p.rotation(n); i < k; i++ {
-		ip := ips[i*net.IPv6len : (i+1)*net.IPv6len : (i+1)*net.IPv6len]
-		copy(ip, e.aaaa[j][:])
-		recs[i] = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: ip}
-		m.Answer = append(m.Answer, &recs[i])
+		r := &recs[i]
+		r.ip = e.aaaa[j]
+		r.rr = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: r.ip[:]}
+		m.Answer = append(m.Answer, &r.rr)
 		if j++; j == n {
 			j = 0
 		}
