@@ -5,6 +5,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/lock"
 )
@@ -60,6 +62,11 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		return nil, err
 	}
 	coord.SetProbeNow(c.ProbeNow)
+	// The token names this instance in Redis (leases, statuses,
+	// pgclusterctl status): say which host it is.
+	redisMember.DeletePartialMatch(prometheus.Labels{"zone": zone})
+	redisMember.WithLabelValues(zone, coord.Token()).Set(1)
+	log.Infof("Redis: this instance is fleet member %s", coord.Token())
 	pb.waitView = true // answer only once the fleet's statuses are read
 	pb.targets = func(ts []health.Target) {
 		coord.SetTargets(ts)

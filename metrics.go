@@ -113,6 +113,13 @@ var (
 		Help:      "1 for the mode this instance is in: coordinated (Redis answers, one prober per node) or local (Redis does not answer, every node probed here).",
 	}, []string{"zone", "mode"})
 
+	redisMember = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_member_info",
+		Help:      "1, labelled with this instance's member token in Redis: what pgclusterctl status and the stored statuses name an instance by.",
+	}, []string{"zone", "member"})
+
 	redisLeases = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",

@@ -1,8 +1,10 @@
 package test
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
@@ -188,6 +191,20 @@ func metric(t testing.TB, in *Instance, name string) float64 {
 	return v
 }
 
+// memberToken reads an instance's token from its redis_member_info metric.
+func memberToken(t testing.TB, in *Instance) string {
+	t.Helper()
+	body, err := get(in.MetricsURL())
+	if err != nil {
+		t.Fatalf("metrics of %s: %v", in.Addr(), err)
+	}
+	m := regexp.MustCompile(`coredns_pgcluster_redis_member_info\{member="([0-9a-f]+)",zone="` + regexp.QuoteMeta(Zone) + `"\} 1`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("%s exports no coredns_pgcluster_redis_member_info", in.Addr())
+	}
+	return m[1]
+}
+
 func fleetMetric(name string) string { return name + `{zone="` + Zone + `"}` }
 
 var (
@@ -313,6 +330,29 @@ func TestFleetRedis(t *testing.T) {
 	ins := startInstances(t, corefile, 3)
 	Eventually(t, 20*time.Second, answersExactly(ins, f.hosts()))
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
+
+	// Each instance exports its token, and the leases in Redis are held by
+	// those tokens, as many each as the instance says it holds.
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	defer rdb.Close()
+	held := map[string]int{}
+	keys, err := rdb.Keys(context.Background(), "*:lease").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		holder, err := rdb.Get(context.Background(), k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[holder]++
+	}
+	for _, in := range ins {
+		token := memberToken(t, in)
+		if got, want := held[token], int(metric(t, in, leasesMetric)); got != want {
+			t.Errorf("%s (member %s): %d leases in Redis, the instance says %d (all: %v)", in.Addr(), token, got, want, held)
+		}
+	}
 
 	// One prober per backend: about one probe per interval, not three.
 	from := time.Now()
