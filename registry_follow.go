@@ -52,11 +52,16 @@ type clusterRows struct {
 	at    time.Time // when the nodes' HeartbeatAge were measured
 }
 
-// aged returns a cluster's nodes with their heartbeat ages as of now. Ages
-// that stand for infinite heartbeats stay as they are.
+// aged returns a cluster's nodes with their heartbeat ages as of now: the
+// nodes themselves when they were read then (never changed once read: a
+// later read makes new ones), so that the publisher shares them. Ages that
+// stand for infinite heartbeats stay as they are.
 func (c clusterRows) aged(now time.Time) []Node {
-	out := slices.Clone(c.nodes)
 	d := now.Sub(c.at)
+	if d == 0 {
+		return c.nodes
+	}
+	out := slices.Clone(c.nodes)
 	for i, n := range out {
 		out[i].HeartbeatAge = ageBy(n.HeartbeatAge, d)
 	}
@@ -163,10 +168,13 @@ func sortNodes(ns []Node) {
 func (rs *rowSet) setAges(ages map[string]time.Duration, at time.Time) {
 	clusters := make(map[string]clusterRows, len(rs.clusters))
 	for name, c := range rs.clusters {
-		nodes := c.aged(at)
+		d := at.Sub(c.at)
+		nodes := slices.Clone(c.nodes)
 		for i, n := range nodes {
 			if a, ok := ages[n.Cluster+"/"+n.Name]; ok {
 				nodes[i].HeartbeatAge = a
+			} else {
+				nodes[i].HeartbeatAge = ageBy(n.HeartbeatAge, d)
 			}
 		}
 		clusters[name] = clusterRows{nodes: nodes, at: at}
