@@ -18,10 +18,15 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster"
 )
 
 // Figures of BenchmarkRegistryScale.
 const (
+	// stormUpdates single-row updates are written in each scaleRound of
+	// the write-storm measurement, evenly spaced.
+	stormUpdates = 5000
 	// scaleRounds rounds of dnsperf, each scaleRound long, per query kind
 	// and server, in alternating order.
 	scaleRounds = 3
@@ -102,7 +107,7 @@ func BenchmarkRegistryScale(b *testing.B) {
 	qps := benchQPS(b, perf, conn, pg.DSN(""), qpsShape)
 
 	var lats []scaleLatency
-	for _, s := range []scaleShape{{100, 10, 1}, {10000, 1000, 1000}, {50000, 1000, 1000}} {
+	for _, s := range []scaleShape{{100, 10, 1}, {10000, 1000, 1000}, {50000, 1000, 1000}, {50000, 5000, 5000}} {
 		lats = append(lats, benchChanges(b, conn, pg.DSN(""), s))
 	}
 
@@ -235,6 +240,12 @@ type scaleQPS struct {
 	rounds  map[string]map[string][]float64
 	answers map[string]map[string]string
 	lost    int
+	// storm holds, per round, the cluster A QPS of pgcluster during a storm
+	// of updates to the registry it follows ("followed") and during the
+	// same storm on a copy of the registry nobody follows ("copy"), and
+	// stormRate the updates per second each storm achieved.
+	storm     map[string][]float64
+	stormRate map[string][]float64
 }
 
 func (q scaleQPS) median(kind, server string) float64 {
@@ -297,7 +308,77 @@ func benchQPS(b *testing.B, perf string, conn *pgx.Conn, dsn string, s scaleShap
 			}
 		}
 	}
+	benchStorm(b, perf, conn, dsn, in, files["cluster A"]["pgcluster"], s, &q)
 	return q
+}
+
+// benchStorm measures pgcluster's cluster A QPS while stormUpdates
+// single-row updates a round go to the registry it follows, against the
+// same storm on a copy of the registry in another database that no
+// instance follows: the ratio is pgcluster's own cost of following the
+// storm, PostgreSQL's cost on the same cores being in both.
+func benchStorm(b *testing.B, perf string, conn *pgx.Conn, dsn string, in *Instance, queries string, s scaleShape, q *scaleQPS) {
+	b.Helper()
+	ctx := context.Background()
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS storm_copy"); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE storm_copy"); err != nil {
+		b.Fatal(err)
+	}
+	copyDSN := strings.Replace(dsn, "/postgres?", "/storm_copy?", 1)
+	cp, err := pgx.Connect(ctx, copyDSN)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cp.Close(ctx)
+	if _, err := cp.Exec(ctx, pgcluster.Schema); err != nil {
+		b.Fatal(err)
+	}
+	loadShape(b, cp, s, true)
+	q.storm, q.stormRate = map[string][]float64{}, map[string][]float64{}
+	targets := map[string]*pgx.Conn{"followed": conn, "copy": cp}
+	for round := range scaleRounds {
+		for i, which := range []string{"followed", "copy"} {
+			if round%2 == 1 {
+				which = []string{"copy", "followed"}[i]
+			}
+			done := make(chan float64)
+			go func() { done <- storm(b, targets[which], s, round) }()
+			qps, lost := runDNSPerf(b, perf, in.Addr(), queries, false, dns.RcodeSuccess)
+			q.storm[which] = append(q.storm[which], qps)
+			q.stormRate[which] = append(q.stormRate[which], <-done)
+			q.lost += lost
+		}
+	}
+}
+
+// storm writes stormUpdates single-row updates, one transaction each,
+// evenly spaced over scaleRound, each moving a node of a different cluster
+// to another address, and returns how many it wrote a second.
+func storm(t testing.TB, conn *pgx.Conn, s scaleShape, round int) float64 {
+	ctx := context.Background()
+	start := time.Now()
+	every := scaleRound / stormUpdates
+	for i := range stormUpdates {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * every)))
+		cluster := fmt.Sprintf("c%04d", i%s.clusters)
+		addr := fmt.Sprintf("198.18.%d.%d", round, 1+i%250)
+		if _, err := conn.Exec(ctx, "UPDATE pgcluster_nodes SET address = $1 WHERE cluster = $2 AND name = 'n002'", addr, cluster); err != nil {
+			t.Errorf("storm: %v", err)
+			return 0
+		}
+	}
+	return float64(stormUpdates) / time.Since(start).Seconds()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
 
 // describeAnswer asks addr once, with EDNS0 as dnsperf -e does, checks the
@@ -708,6 +789,12 @@ func printScale(q scaleQPS, qs scaleShape, lats []scaleLatency, cpus []scaleCPU,
 			q.answers[k.name]["pgcluster"], q.answers[k.name]["file"], q.answers[k.name]["whoami"])
 	}
 
+	followed, cp := median(q.storm["followed"]), median(q.storm["copy"])
+	fmt.Printf("\nWrite storm: %d single-row updates (one a transaction) in each %v round, to the registry pgcluster follows or to a copy nobody follows\n",
+		stormUpdates, scaleRound)
+	fmt.Printf("pgcluster cluster A QPS, median of %d rounds: followed %.0f (%.0f updates/s), copy %.0f (%.0f updates/s): %.2fx\n",
+		scaleRounds, followed, median(q.stormRate["followed"]), cp, median(q.stormRate["copy"]), followed/cp)
+
 	fmt.Printf("\nCOMMIT -> answer: one node's address per transaction, the instance asked every %v from the COMMIT on\n", scalePoll)
 	fmt.Printf("%-26s %7s %9s %9s %9s %12s %14s %12s\n", "nodes / clusters / aliases", "changes", "p50", "p99", "max", "reload mean", "RSS loaded", "RSS after")
 	for _, l := range lats {
@@ -738,6 +825,7 @@ func reportScale(b *testing.B, q scaleQPS, lats []scaleLatency, cpus []scaleCPU)
 	b.ReportMetric(pg, "cluster-qps")
 	b.ReportMetric(pg/q.median("cluster A", "file"), "cluster-x-file")
 	b.ReportMetric(pg/q.median("cluster A", "whoami"), "cluster-x-whoami")
+	b.ReportMetric(median(q.storm["followed"])/median(q.storm["copy"]), "storm-x-copy")
 	for _, l := range lats {
 		b.ReportMetric(float64(percentile(l.lat, 99).Microseconds())/1000, fmt.Sprintf("p99-ms-%dn", l.shape.nodes))
 		b.ReportMetric(mb(l.rssChanged), fmt.Sprintf("rss-MB-%dn", l.shape.nodes))
