@@ -31,7 +31,8 @@ type publisher struct {
 	rows     bool       // rows were loaded (or restored)
 	cur      *snapshot  // the last built, stored or held back: the next change's base
 	loadedAt time.Time
-	sent     bool // targets were handed over
+	version  int64 // of the last rows (see rowsUpdate)
+	sent     bool  // targets were handed over
 	// unreported holds the clusters built since the last snapshot stored,
 	// and aliasesUnreported whether the aliases were resolved again: what
 	// report looks at.
@@ -55,13 +56,23 @@ type rowsUpdate struct {
 	// loadedAt is when the rows were read (earlier than now when they are
 	// the last instance's, restored after a Corefile reload).
 	loadedAt time.Time
+
+	// version is the fleet's registry version these rows are, when they
+	// came through the registry relay (relay.go): the SOA serial, the same
+	// on every instance for the same registry content. 0 when they were
+	// read here from PostgreSQL without the relay.
+	version int64
+	// readAt is when the read that brought them began: for a read that a
+	// notification asked for, just after the COMMIT. The relay's lag
+	// starts there.
+	readAt time.Time
 }
 
 // applyAt makes the next snapshot with the rows u brings and publishes it.
 func (pb *publisher) applyAt(u rowsUpdate) {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
-	pb.rows, pb.loadedAt = true, u.loadedAt
+	pb.rows, pb.loadedAt, pb.version = true, u.loadedAt, u.version
 	pb.change(change{nodes: u.nodes, full: u.full, aliases: u.aliases, aliasesSet: u.aliasesSet})
 }
 
@@ -107,6 +118,10 @@ func (pb *publisher) change(ch change) {
 		case serial <= prev.serial:
 			serial = prev.serial + 1
 		}
+	}
+	if pb.version > 0 {
+		// Through the relay, the serial is the fleet's registry version.
+		serial = uint32(pb.version)
 	}
 	s.setSerial(serial, pb.set.ttl)
 	pb.p.snap.Store(s)

@@ -69,6 +69,9 @@ type registry struct {
 	key string // where the last load is kept across reloads; "" keeps nothing
 	// apply receives what every successful load changed.
 	apply func(rowsUpdate)
+	// onSession, when set, hears each session come up (true) and fail
+	// (false): the relay vouches for its copy only while one is up.
+	onSession func(up bool)
 
 	// Touched only by start-up (restore) and then run's goroutine.
 	wasUp   bool   // last state logged
@@ -333,7 +336,7 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 // them, when full) and, when they changed, the aliases, as of now, and
 // returns how long until heartbeats must be looked at again.
 func (r *registry) publish(start, now time.Time, changed map[string]bool, full, aliases bool) time.Duration {
-	u := rowsUpdate{full: full, nodes: map[string][]Node{}, loadedAt: now}
+	u := rowsUpdate{full: full, nodes: map[string][]Node{}, loadedAt: now, readAt: start}
 	if full {
 		r.fresh = map[string][]int{}
 		changed = map[string]bool{}
@@ -519,6 +522,9 @@ func (r *registry) setUp(connected string) {
 		log.Infof("Registry %s reachable again: listening and reloaded in full", connected)
 	}
 	r.wasUp, r.lastErr, r.connected = true, "", connected
+	if r.onSession != nil {
+		r.onSession(true)
+	}
 }
 
 // setDown records a failed session and logs it: once per kind of failure.
@@ -534,6 +540,9 @@ func (r *registry) setDown(err error) {
 		log.Warning(downMessage(name, p, r.served, errText(err, r.set.dsn)))
 	}
 	r.wasUp, r.lastErr, r.connected = false, p.what, ""
+	if r.onSession != nil {
+		r.onSession(false)
+	}
 }
 
 // errText is err's message without the DSN's password: an unparsable DSN,
