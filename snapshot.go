@@ -163,11 +163,19 @@ func build(in buildInput) *snapshot {
 	})
 }
 
-// groupNodes sorts rows into their served clusters.
+// groupNodes sorts rows into their served clusters, each in a slice of
+// exactly its size: they are kept as long as the cluster does not change.
 func groupNodes(nodes []Node) map[string][]Node {
-	out := map[string][]Node{}
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[strings.ToLower(n.Cluster)]++
+	}
+	out := make(map[string][]Node, len(counts))
 	for _, n := range nodes {
 		c := strings.ToLower(n.Cluster)
+		if out[c] == nil {
+			out[c] = make([]Node, 0, counts[c])
+		}
 		out[c] = append(out[c], n)
 	}
 	return out
