@@ -113,58 +113,50 @@ func fit(b *budget, owner string, n, rdlen int) int {
 	return k
 }
 
-// addressesA appends to m's answer as many of e's A records as fit b,
-// taken in turn from a rotating start. The records are made into new
-// arrays: nothing a writer does to the reply reaches the snapshot.
-func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
-	n := len(e.a)
+// take counts in b as many of n records of one RRset as fit (see fit) and
+// returns how many, and where in the set they start: one further along on
+// each query that takes any. It grows m's answer for them.
+func (p *PgCluster) take(m *dns.Msg, b *budget, owner string, n, rdlen int) (k, start int) {
 	if n == 0 {
-		return
+		return 0, 0
 	}
-	k := fit(b, e.owner, n, net.IPv4len)
-	if k == 0 {
-		return
+	if k = fit(b, owner, n, rdlen); k == 0 {
+		return 0, 0
 	}
-	// One array holds the records and their addresses.
+	m.Answer = slices.Grow(m.Answer, k)
+	return k, p.rotation(n)
+}
+
+// addressesA appends to m's answer as many of e's A records as fit b,
+// taken in turn from a rotating start. The records are made into one new
+// array, with their addresses: nothing a writer does to the reply reaches
+// the snapshot.
+func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
+	k, start := p.take(m, b, e.owner, len(e.a), net.IPv4len)
 	recs := make([]struct {
 		rr dns.A
 		ip [net.IPv4len]byte
 	}, k)
-	m.Answer = slices.Grow(m.Answer, k)
-	for i, j := 0, p.rotation(n); i < k; i++ {
+	for i := range recs {
 		r := &recs[i]
-		r.ip = e.a[j]
+		r.ip = e.a[(start+i)%len(e.a)]
 		r.rr = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: r.ip[:]}
 		m.Answer = append(m.Answer, &r.rr)
-		if j++; j == n {
-			j = 0
-		}
 	}
 }
 
 // addressesAAAA is addressesA for AAAA records.
 func (p *PgCluster) addressesAAAA(m *dns.Msg, b *budget, e *entry) {
-	n := len(e.aaaa)
-	if n == 0 {
-		return
-	}
-	k := fit(b, e.owner, n, net.IPv6len)
-	if k == 0 {
-		return
-	}
+	k, start := p.take(m, b, e.owner, len(e.aaaa), net.IPv6len)
 	recs := make([]struct {
 		rr dns.AAAA
 		ip [net.IPv6len]byte
 	}, k)
-	m.Answer = slices.Grow(m.Answer, k)
-	for i, j := 0, p.rotation(n); i < k; i++ {
+	for i := range recs {
 		r := &recs[i]
-		r.ip = e.aaaa[j]
+		r.ip = e.aaaa[(start+i)%len(e.aaaa)]
 		r.rr = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: r.ip[:]}
 		m.Answer = append(m.Answer, &r.rr)
-		if j++; j == n {
-			j = 0
-		}
 	}
 }
 
