@@ -5,6 +5,7 @@ package pgcluster
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"github.com/coredns/coredns/plugin"
@@ -49,7 +50,7 @@ func (p *PgCluster) Name() string { return "pgcluster" }
 func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.Msg) (int, error) {
 	state := request.Request{W: w, Req: r}
 	qname := state.Name()
-	zone := plugin.Zones(p.Zones).Matches(qname)
+	zone := p.zoneOf(qname)
 	if zone == "" {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
 	}
@@ -85,6 +86,23 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// zoneOf returns the zone of p that holds name (in lower case, as
+// request.Name returns it), or "". Zones never overlap (setup refuses it),
+// so the first that holds name is the one: a suffix at a label boundary,
+// where plugin.Zones.Matches splits both names into labels on every query.
+// A name with escapes (a dot inside a label) takes Matches' path.
+func (p *PgCluster) zoneOf(name string) string {
+	if strings.IndexByte(name, '\\') >= 0 {
+		return plugin.Zones(p.Zones).Matches(name)
+	}
+	for _, z := range p.Zones {
+		if z == "." || name == z || len(name) > len(z) && name[len(name)-len(z)-1] == '.' && strings.HasSuffix(name, z) {
+			return z
+		}
+	}
+	return ""
 }
 
 // answer fills m with the records for qtype of name, whose entry is e (see
