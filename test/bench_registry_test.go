@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,7 +118,7 @@ func BenchmarkRegistryScale(b *testing.B) {
 	hb := startHeartbeats(hbCtx, b, pg.DSN(""))
 	var cpus []scaleCPU
 	for _, stale := range []string{"", "5s"} {
-		cpus = append(cpus, benchHeartbeatCPU(b, pg.DSN(""), hbShape, stale))
+		cpus = append(cpus, benchHeartbeatCPU(b, pg.DSN(""), hbShape, stale, hb))
 	}
 	stopHeartbeats()
 	writes, rows, hbErr := hb.wait()
@@ -634,6 +635,8 @@ type heartbeats struct {
 	writes int
 	rows   int64
 	err    error
+	// skip is a node ("cluster/name") whose heartbeat is no longer written.
+	skip atomic.Pointer[string]
 }
 
 // startHeartbeats starts a writer that, every scaleHeartbeatTick, sets the
@@ -658,7 +661,11 @@ func startHeartbeats(ctx context.Context, t testing.TB, dsn string) *heartbeats 
 				return
 			case <-tick.C:
 			}
-			tag, err := conn.Exec(ctx, `UPDATE pgcluster_nodes SET heartbeat = now() WHERE right(name, 1) = $1`, strconv.Itoa(slot))
+			skip := ""
+			if p := h.skip.Load(); p != nil {
+				skip = *p
+			}
+			tag, err := conn.Exec(ctx, `UPDATE pgcluster_nodes SET heartbeat = now() WHERE right(name, 1) = $1 AND cluster || '/' || name <> $2`, strconv.Itoa(slot), skip)
 			if err != nil {
 				if ctx.Err() == nil {
 					h.err = err
@@ -686,12 +693,18 @@ type scaleCPU struct {
 	reloads          float64
 	serial0, serial1 uint32
 	rss              int64
+	// left is, with stale_after, how long after its last heartbeat a node
+	// whose heartbeats stopped was no longer answered.
+	left time.Duration
 }
 
 // benchHeartbeatCPU starts an instance (with stale_after when given) on
 // the registry the heartbeats are written to and measures its CPU over
 // scaleWindow, the reloads it made and its SOA serial before and after.
-func benchHeartbeatCPU(b *testing.B, dsn string, s scaleShape, staleAfter string) scaleCPU {
+//
+// With stale_after, one node's heartbeats then stop, and the time from its
+// last heartbeat to its leaving the answers is measured.
+func benchHeartbeatCPU(b *testing.B, dsn string, s scaleShape, staleAfter string, h *heartbeats) scaleCPU {
 	b.Helper()
 	var opts []string
 	if staleAfter != "" {
@@ -711,7 +724,42 @@ func benchHeartbeatCPU(b *testing.B, dsn string, s scaleShape, staleAfter string
 	res.reloads = metric(b, in, okReloads) - r0
 	res.cores = (cpu1 - cpu0).Seconds() / t1.Sub(t0).Seconds()
 	res.rss = procRSS(b, in.Pid())
+	if staleAfter != "" {
+		res.left = staleLeave(b, dsn, in, h)
+	}
 	return res
+}
+
+// staleLeave stops the heartbeats of node n001 of c0000 and returns how
+// long after its last one the instance stopped answering its address.
+func staleLeave(b *testing.B, dsn string, in *Instance, h *heartbeats) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	skip := "c0000/n001"
+	h.skip.Store(&skip)
+	defer h.skip.Store(nil)
+	// A whole round of the writer: the heartbeat read now is the last.
+	time.Sleep(10 * scaleHeartbeatTick)
+	var last time.Time
+	if err := conn.QueryRow(ctx, `SELECT heartbeat FROM pgcluster_nodes WHERE cluster = 'c0000' AND name = 'n001'`).Scan(&last); err != nil {
+		b.Fatal(err)
+	}
+	m := new(dns.Msg)
+	m.SetQuestion("n001.c0000."+Zone, dns.TypeA)
+	c := &dns.Client{Net: "udp", Timeout: 100 * time.Millisecond}
+	for time.Since(last) < time.Minute {
+		if r, _, err := c.Exchange(m, in.Addr()); err == nil && r.Rcode == dns.RcodeSuccess && len(Addrs(r)) == 0 {
+			return time.Since(last)
+		}
+		time.Sleep(scalePoll)
+	}
+	b.Fatalf("n001.c0000 still answered a minute after its last heartbeat")
+	return 0
 }
 
 // soaSerial asks addr for Zone's SOA serial.
@@ -805,7 +853,7 @@ func printScale(q scaleQPS, qs scaleShape, lats []scaleLatency, cpus []scaleCPU,
 
 	fmt.Printf("\nHeartbeats: 10,000 nodes, each writing its heartbeat once a second (%d UPDATEs of %s rows in all, every %v)\n",
 		writes, thousands(int(rows)), scaleHeartbeatTick)
-	fmt.Printf("%-20s %12s %18s %22s %10s\n", "instance", "CPU (cores)", "reloads in window", "SOA serial", "RSS")
+	fmt.Printf("%-20s %12s %18s %22s %10s %s\n", "instance", "CPU (cores)", "reloads in window", "SOA serial", "RSS", "  a node whose heartbeats stop leaves")
 	for _, c := range cpus {
 		name := "stale_after off"
 		if c.staleAfter != "" {
@@ -815,7 +863,11 @@ func printScale(q scaleQPS, qs scaleShape, lats []scaleLatency, cpus []scaleCPU,
 		if c.serial0 != c.serial1 {
 			same = fmt.Sprintf("%d -> %d", c.serial0, c.serial1)
 		}
-		fmt.Printf("%-20s %12.3f %18.0f %22s %7.0f MB\n", name, c.cores, c.reloads, same, mb(c.rss))
+		left := "-"
+		if c.left > 0 {
+			left = ms(c.left) + " after its last heartbeat"
+		}
+		fmt.Printf("%-20s %12.3f %18.0f %22s %7.0f MB   %s\n", name, c.cores, c.reloads, same, mb(c.rss), left)
 	}
 	fmt.Printf("(CPU over %v from /proc/PID/stat; the window holds the default refresh of 30s, so one full reload by the poll)\n\n", scaleWindow)
 }
