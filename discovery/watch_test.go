@@ -246,7 +246,9 @@ func TestWatchRefreshAndClose(t *testing.T) {
 }
 
 func TestWatcherRank(t *testing.T) {
-	c := newCluster(t, 8*time.Millisecond, 2*time.Millisecond)
+	// 40 ms against 2: a gap that scheduling on a loaded machine running
+	// -race does not close (8 against 2 did, once).
+	c := newCluster(t, 40*time.Millisecond, 2*time.Millisecond)
 	w, _ := watch(t, c.client(t, Config{}), "local.pgcluster.lan", WatchOptions{})
 	r, err := w.Rank(t.Context())
 	if err != nil {
