@@ -89,14 +89,15 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 
 // checkOptionsAgree refuses check options that cannot work together.
 func checkOptionsAgree(cfg *settings) error {
+	// Without any check too: max_lag alone would be silently ignored.
+	if cfg.maxLag > 0 && cfg.check != checkPostgres {
+		return errors.New("max_lag needs check postgres: only it reads the WAL positions")
+	}
 	if !cfg.checksOn() {
 		return nil
 	}
 	if cfg.timeout >= cfg.interval {
 		return fmt.Errorf("timeout %s must be shorter than interval %s: one probe in flight per node", cfg.timeout, cfg.interval)
-	}
-	if cfg.maxLag > 0 && cfg.check != checkPostgres {
-		return errors.New("max_lag needs check postgres: only it reads the WAL positions")
 	}
 	if _, err := health.New(cfg.healthConfig(nil)); err != nil {
 		return fmt.Errorf("check: %v", err)
