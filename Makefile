@@ -4,6 +4,7 @@
 #   make test    install what is missing, then vet, gofmt and every test
 #   make run     install what is missing, build, start the local demo
 #   make bench   the benchmarks
+#   make fuzz    each fuzz target in turn for FUZZTIME (default 5m)
 #   make image   the container image (podman), FROM scratch: see Containerfile
 #   make test-build  the deployment tests alone: a CoreDNS built through
 #                plugin.cfg, the image, deploy/'s Corefiles, manifests and unit
@@ -16,6 +17,11 @@ export CI
 GO         ?= go
 TESTFLAGS  ?=
 RUN_ARGS   ?=
+# make fuzz: how long each target runs (a Go duration, or Nx for N inputs),
+# how many inputs at once, and which targets (a regexp of their names).
+FUZZTIME   ?= 5m
+FUZZPARALLEL ?= 2
+FUZZ       ?= .
 PGDISCOVER := $(if $(wildcard cmd/pgdiscover/*.go),bin/pgdiscover)
 
 # make image: the image's name, and the directory its build context is
@@ -24,7 +30,7 @@ IMAGE      ?= localhost/pgcluster-coredns:latest
 IMAGE_DIR  ?= bin/image
 GIT_COMMIT := $(shell git describe --always --dirty 2>/dev/null)
 
-.PHONY: all build setup test test-build vet fmt-check run bench image clean
+.PHONY: all build setup test test-build vet fmt-check run bench fuzz image clean
 
 all: build
 
@@ -67,6 +73,18 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/test$$')
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench RegistryScale -benchtime 1x -timeout 30m ./test/
+
+# Every fuzz target (a func FuzzX in a _test.go file) in turn, for FUZZTIME
+# each: a failure stops the run, its input written under the package's
+# testdata/fuzz/FuzzX/ (keep it there as a regression seed once fixed).
+# make test runs the seeds alone (plain go test does).
+fuzz:
+	@set -e; grep -rHoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | grep -vE '^./(bin|tmp)/' | \
+	sed -E 's|^(.*)/[^/]*:func (Fuzz.*)$$|\1 \2|' | grep -E " .*($(FUZZ))" | sort | \
+	while read -r pkg name; do \
+		echo "== $$name ($$pkg), $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -parallel $(FUZZPARALLEL) $$pkg </dev/null; \
+	done
 
 # A static binary (CGO_ENABLED=0: no libc in the image) and the files of
 # deploy/image/, built into an image FROM scratch: nothing is pulled.
