@@ -18,6 +18,9 @@ import (
 // instance's verdicts and the holders') is the one pb answers from. It
 // returns a channel closed when the checks have stopped, after ctx is done,
 // with every probe's socket closed and, with redis, the leases released.
+// The Views go through a handover (checks_handover.go): after a Corefile
+// reload, the verdicts of the instance replaced stand in until this one's
+// own have judged each node.
 func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan struct{}, error) {
 	zone := cfg.zones[0]
 	hc := cfg.healthConfig(func(check, cause string, d time.Duration) {
@@ -29,11 +32,15 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		if err != nil {
 			return nil, err
 		}
-		pb.targets = c.SetTargets
+		h := startHandover(ctx, handoverKey(cfg), pb.setView, carryFor(cfg))
+		pb.targets = func(ts []health.Target) {
+			h.setTargets(ts)
+			c.SetTargets(ts)
+		}
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			c.Run(ctx, pb.setView)
+			c.Run(ctx, h.setView)
 		}()
 		return done, nil
 	}
@@ -67,15 +74,19 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 	redisMember.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	redisMember.WithLabelValues(zone, coord.Token()).Set(1)
 	log.Infof("Redis: this instance is fleet member %s", coord.Token())
-	pb.waitView = true // answer only once the fleet's statuses are read
+	// Answer only once the fleet's statuses are read, or with the
+	// verdicts of the instance this one replaces (a Corefile reload).
+	pb.waitView = true
+	h := startHandover(ctx, handoverKey(cfg), pb.setView, carryFor(cfg))
 	pb.targets = func(ts []health.Target) {
+		h.setTargets(ts)
 		coord.SetTargets(ts)
 		c.SetTargets(ts)
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() { c.Run(ctx, nil) }) // the coordinator's View is the one answered from
-	wg.Go(func() { coord.Run(ctx, pb.setView) })
+	wg.Go(func() { coord.Run(ctx, h.setView) })
 	go func() {
 		wg.Wait()
 		rdb.Close()
