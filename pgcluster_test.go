@@ -56,7 +56,7 @@ func newTestPlugin(in buildInput) *PgCluster {
 	return p
 }
 
-var soa = test.SOA("pgcluster.lan. 5 IN SOA ns.pgcluster.lan. hostmaster.pgcluster.lan. 1234 3600 600 86400 5")
+var soa = test.SOA("pgcluster.lan. 5 IN SOA ns.pgcluster.lan. hostmaster.pgcluster.lan. 1234 14400 3600 1209600 5")
 
 var handlerCases = []test.Case{
 	{Qname: "pgcluster.lan.", Qtype: dns.TypeSOA, Answer: []dns.RR{soa}},

@@ -49,7 +49,7 @@ func TestReadmeCorefiles(t *testing.T) {
 		t.Errorf("found %d pgcluster blocks in the documentation, want at least 3", n)
 	}
 	syntax := string(readme[strings.Index(string(readme), "## Syntax"):strings.Index(string(readme), "## The registry")])
-	for _, opt := range []string{"postgres", "ttl", "refresh", "stale_after", "allow_loopback", "self", "fallthrough", "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down", "redis", "redis_prefix", "redis_secret"} {
+	for _, opt := range []string{"postgres", "ttl", "refresh", "stale_after", "allow_loopback", "self", "fallthrough", "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down", "redis", "redis_prefix", "redis_secret", "ns", "soa"} {
 		if !strings.Contains(syntax, "`"+opt+"`") {
 			t.Errorf("option %s is not documented under Syntax", opt)
 		}

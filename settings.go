@@ -23,6 +23,13 @@ type settings struct {
 	self map[string]netip.Addr
 	// nsAddrs are this instance's own addresses, for ns.<zone>; set at start.
 	nsAddrs []netip.Addr
+	// ns is the NS set of every zone, from the ns options, the SOA's MNAME
+	// first; nil: ns.<zone> with nsAddrs. nsLabels are the names just below
+	// a zone that its names inside a zone take (see reservedZoneLabel).
+	ns       []nameServer
+	nsLabels map[string]bool
+	// soa is the SOA's timers; zero: the defaults (see soaTimers).
+	soa soaTimers
 
 	// Active health checks: off while check is "".
 	check        string // checkTCP or checkPostgres

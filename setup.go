@@ -121,7 +121,7 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 		}
 		for c.NextBlock() {
 			opt := c.Val()
-			if given[opt] > 0 && opt != "self" {
+			if given[opt] > 0 && opt != "self" && opt != "ns" {
 				return nil, nil, c.Errf("%s: given twice; keep one %s line", opt, opt)
 			}
 			given[opt] = c.Line()
@@ -189,6 +189,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseCheckOption(c, cfg, opt, args)
 	case "redis", "redis_prefix", "redis_secret":
 		return parseRedisOption(c, cfg, opt, args)
+	case "ns", "soa":
+		return parseApexOption(c, cfg, opt, args)
 	case "fallthrough":
 		for _, z := range args {
 			if why := badDomain(z); why != "" {

@@ -33,7 +33,9 @@ type entry struct {
 	ent bool
 }
 
-// apexRecords are the records only a zone's apex has.
+// apexRecords are the records only a zone's apex has: the NS set, the same
+// on every instance given the same ns options, and the SOA, whose MNAME is
+// the first of them.
 type apexRecords struct {
 	ns  []dns.RR
 	soa *dns.SOA
@@ -117,23 +119,18 @@ type snapshot struct {
 }
 
 // emptySnapshot is the snapshot before the registry's first rows: every
-// zone's apex and ns name, nothing else.
+// zone's apex and the names of its name servers inside it (see
+// apexEntries), nothing else.
 func emptySnapshot(set *settings) *snapshot {
 	s := &snapshot{
 		set:      set,
 		parts:    map[string]*part{},
 		clusters: map[string]*clusterBuild{},
-		aliases:  resolveAliases(nil, nil, 0),
+		aliases:  resolveAliases(nil, nil, set),
 		skips:    map[string]int{},
 	}
 	for _, z := range set.zones {
-		apex := &entry{owner: z, apex: &apexRecords{ns: []dns.RR{&dns.NS{Hdr: hdr(z, dns.TypeNS, set.ttl), Ns: under(labelNS, z)}}}}
-		s.parts[z] = &part{names: map[string]*entry{"": apex}}
-		ns := &entry{owner: under(labelNS, z)}
-		for _, a := range set.nsAddrs {
-			ns.add(a)
-		}
-		s.parts[under(labelNS, z)] = &part{names: map[string]*entry{"": ns}}
+		maps.Copy(s.parts, apexEntries(set, z))
 	}
 	return s
 }
@@ -250,7 +247,7 @@ func (s *snapshot) next(ch change) *snapshot {
 				delete(n.parts, under(a.alias, z))
 			}
 		}
-		n.aliases = resolveAliases(rows, n.clusters, s.set.zoneLen())
+		n.aliases = resolveAliases(rows, n.clusters, s.set)
 		n.aliasesChanged = true
 		n.hash += n.aliases.hash - s.aliases.hash
 		for r, k := range s.aliases.skips {
@@ -462,21 +459,24 @@ func (s *snapshot) servedClusters() int {
 	return n
 }
 
-// setSerial writes the SOA record of every zone apex with serial.
+// setSerial writes the SOA record of every zone apex with serial: MNAME
+// the first name server, the timers of the soa option or their defaults
+// (ttl, the zone's TTL, is then the negative TTL).
 func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	s.serial = serial
+	t := s.set.soa.orDefault(ttl)
 	for _, z := range s.set.zones {
 		apex := *s.parts[z].names[""]
 		apex.apex = &apexRecords{ns: apex.apex.ns}
 		apex.apex.soa = &dns.SOA{
-			Hdr:     hdr(z, dns.TypeSOA, ttl),
-			Ns:      under(labelNS, z),
+			Hdr:     hdr(z, dns.TypeSOA, t.negative),
+			Ns:      apex.apex.ns[0].(*dns.NS).Ns,
 			Mbox:    "hostmaster." + z,
 			Serial:  serial,
-			Refresh: 3600,
-			Retry:   600,
-			Expire:  86400,
-			Minttl:  ttl,
+			Refresh: t.refresh,
+			Retry:   t.retry,
+			Expire:  t.expire,
+			Minttl:  t.negative,
 		}
 		s.parts[z] = &part{names: map[string]*entry{"": &apex}}
 	}

@@ -95,7 +95,7 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		switch {
 		case !isLabel(cl) || !isLabel(nl):
 			reason = skipInvalidName
-		case cl == labelNS || reservedInCluster[nl]:
+		case in.reservedZoneLabel(cl) || reservedInCluster[nl]:
 			reason = skipReservedName
 		case seen[nl]:
 			reason = skipDuplicate
@@ -152,9 +152,11 @@ type aliasBuild struct {
 
 // resolveAliases follows every alias to its cluster (one that serves names:
 // clusters holds every cluster by served name) and orders them so that an
-// alias comes after the alias it points to.
-func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, zoneLen int) *aliasBuild {
+// alias comes after the alias it points to. An alias may not take a name
+// server's label (set.reservedZoneLabel).
+func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settings) *aliasBuild {
 	ab := &aliasBuild{rows: rows, skips: map[string]int{}}
+	zoneLen := set.zoneLen()
 	served := func(name string) *clusterBuild {
 		if cb := clusters[name]; cb.served() {
 			return cb
@@ -178,7 +180,7 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, zoneLen int
 		switch {
 		case !isLabel(a) || !isLabel(t):
 			ab.skip(skipInvalidName, what(r))
-		case a == labelNS:
+		case set.reservedZoneLabel(a):
 			ab.skip(skipReservedName, what(r))
 		case served(a) != nil:
 			ab.skip(skipDuplicate, what(r)+": a cluster has that name")
