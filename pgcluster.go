@@ -31,6 +31,7 @@ type PgCluster struct {
 	rotate atomic.Uint32
 
 	reg        *registry
+	relay      *relay          // instead of reg, with redis and the relay on
 	checksDone <-chan struct{} // closed when the health checks have stopped; nil without checks
 	// failOpen counts the answers of all_down open, for the zone.
 	failOpen prometheus.Counter

@@ -32,7 +32,7 @@ func parseRedisOption(c *caddy.Controller, cfg *settings, opt string, args []str
 		cfg.redisPrefix = v
 	case "redis_secret":
 		if len(v) < minRedisSecret {
-			return c.Errf("redis_secret: %d bytes is too short: it is the HMAC key that signs every status, and whoever can forge one steers traffic; give at least %d bytes (openssl rand -base64 32)", len(v), minRedisSecret)
+			return c.Errf("redis_secret: %d bytes is too short: it is the HMAC key that signs every status and the registry copy, and whoever can forge one steers traffic; give at least %d bytes (openssl rand -base64 32)", len(v), minRedisSecret)
 		}
 		cfg.redisSecret = []byte(v)
 	}
@@ -47,15 +47,15 @@ func redisOptionsAgree(c *caddy.Controller, cfg *settings, lines map[string]int)
 		return fmt.Errorf("%s:%d - Error during parsing: %s", c.File(), lines[opt], fmt.Sprintf(format, args...))
 	}
 	if cfg.redisURL == "" {
-		for _, opt := range []string{"redis_prefix", "redis_secret"} {
+		for _, opt := range []string{"redis_prefix", "redis_secret", "relay"} {
 			if lines[opt] > 0 {
-				return at(opt, "%s needs redis URL: without Redis there is nothing to prefix or sign", opt)
+				return at(opt, "%s needs redis URL: without Redis there is nothing to prefix, sign or relay", opt)
 			}
 		}
 		return nil
 	}
-	if !cfg.checksOn() {
-		return at("redis", "redis needs check tcp or check postgres: the fleet shares its health checks through Redis, and without check there is nothing to share")
+	if !cfg.checksOn() && cfg.relayOff {
+		return at("relay", "relay off leaves redis nothing to do without check tcp or check postgres: the fleet shares its health checks and its registry through Redis; remove redis, or turn the relay or the checks on")
 	}
 	if cfg.redisPrefix == "" {
 		p := "pgcluster:" + cfg.zones[0] + ":"

@@ -42,8 +42,21 @@ func TestSetupRedisOptions(t *testing.T) {
 		{block("check tcp", "redis redis://[2001:db8::1]:6379"), "", nil},
 		{block("check tcp", "redis redis://h", `redis_prefix "!~:x"`), "", nil},
 
-		{block("redis redis://h"), "redis needs check tcp or check postgres: the fleet shares its health checks", nil},
-		{block("check off", "redis redis://h"), "redis needs check tcp or check postgres", nil},
+		// Without check, Redis relays the registry.
+		{block("redis redis://h"), "", func(t *testing.T, cfg *settings) {
+			if !cfg.relayOn() || cfg.checksOn() {
+				t.Errorf("relay on %v, checks on %v", cfg.relayOn(), cfg.checksOn())
+			}
+		}},
+		{block("check tcp", "redis redis://h", "relay off"), "", func(t *testing.T, cfg *settings) {
+			if cfg.relayOn() {
+				t.Error("relay off: the relay is on")
+			}
+		}},
+		{block("check off", "redis redis://h", "relay off"), "relay off leaves redis nothing to do", nil},
+		{block("redis redis://h", "relay maybe"), `relay: "maybe" is neither on nor off`, nil},
+		{block("redis redis://h", "relay"), "Wrong argument count", nil},
+		{block("relay on"), "relay needs redis URL", nil},
 		{block("check tcp", "redis_prefix p:"), "redis_prefix needs redis URL", nil},
 		{block("check tcp", "redis_secret "+secret16), "redis_secret needs redis URL", nil},
 		{block("check tcp", "redis redis://h", "redis redis://i"), "redis: given twice", nil},
@@ -110,11 +123,12 @@ func TestSetupRedisPrefixDefault(t *testing.T) {
 }
 
 // TestSetupRedisErrorNamesLine: errors name the plugin, the option and its
-// line, also when the fault is found after the block (a missing check).
+// line, also when the fault is found after the block (relay off without
+// check).
 func TestSetupRedisErrorNamesLine(t *testing.T) {
 	for _, tc := range []struct{ input, opt, line string }{
 		{"pgcluster {\n postgres " + dsn + "\n check tcp\n redis ftp://h\n}", "redis: the URL cannot be used", ":4 "},
-		{"pgcluster {\n postgres " + dsn + "\n redis redis://h\n ttl 5\n\n}", "redis needs check", ":3 "},
+		{"pgcluster {\n postgres " + dsn + "\n redis redis://h\n ttl 5\n relay off\n}", "relay off leaves redis nothing to do", ":5 "},
 		{"pgcluster {\n postgres " + dsn + "\n check tcp\n ttl 5\n redis_secret " + secret16 + "\n}", "redis_secret needs redis", ":5 "},
 		{"pgcluster {\n postgres " + dsn + "\n redis_prefix p:\n}", "redis_prefix needs redis", ":3 "},
 		{"pgcluster {\n postgres " + dsn + "\n check tcp\n redis redis://h\n redis_prefix a{b\n}", "redis_prefix", ":5 "},

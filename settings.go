@@ -44,7 +44,10 @@ type settings struct {
 	// checks every node itself).
 	redisURL    string // as given; parseRedisURL validated it
 	redisPrefix string // of every key name; set whenever redisURL is
-	redisSecret []byte // HMAC key of statuses; nil: statuses are unsigned
+	redisSecret []byte // HMAC key of statuses and the registry copy; nil: unsigned
+	// relayOff: with redis, every instance follows PostgreSQL itself
+	// instead of one per fleet (relay.go).
+	relayOff bool
 }
 
 // Check types, and what to answer when every node of a name fails its check.

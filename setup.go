@@ -50,7 +50,7 @@ func setup(c *caddy.Controller) error {
 			return nil // answering from the rows the instance before this one loaded
 		}
 		select {
-		case <-p.reg.loaded:
+		case <-p.loaded():
 		case <-time.After(startupWait):
 			log.Warningf("Registry not loaded after %s: starting anyway, not ready until it loads", startupWait)
 		}
@@ -82,16 +82,39 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 		}
 		p.checksDone = done
 	}
-	p.reg = newRegistry(cfg, storeKey(cfg.dsn, cfg.zones), pb.applyAt)
+	key := storeKey(cfg.dsn, cfg.zones)
+	if cfg.relayOn() {
+		r, err := newRelay(cfg, pb, key)
+		if err == nil {
+			p.relay = r
+			restored := r.restore()
+			go r.run(ctx)
+			return restored
+		}
+		// parse validated the URL: only a bug gets here.
+		log.Errorf("Registry relay not started (%v): following PostgreSQL here", err)
+	}
+	p.reg = newRegistry(cfg, key, pb.applyAt)
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
 	return restored
+}
+
+// loaded is closed once the first rows are applied.
+func (p *PgCluster) loaded() <-chan struct{} {
+	if p.relay != nil {
+		return p.relay.loaded
+	}
+	return p.reg.loaded
 }
 
 // stop waits for the registry goroutine, whose context is already cancelled.
 func (p *PgCluster) stop() {
 	if p.reg != nil {
 		<-p.reg.done
+	}
+	if p.relay != nil {
+		<-p.relay.done
 	}
 	if p.checksDone != nil {
 		<-p.checksDone
@@ -189,6 +212,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseCheckOption(c, cfg, opt, args)
 	case "redis", "redis_prefix", "redis_secret":
 		return parseRedisOption(c, cfg, opt, args)
+	case "relay":
+		return parseRelayOption(c, cfg, args)
 	case "ns", "soa":
 		return parseApexOption(c, cfg, opt, args)
 	case "fallthrough":

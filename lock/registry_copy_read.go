@@ -18,6 +18,8 @@ var (
 	// ErrCopyStale: the copy is older than the state read from (a copy
 	// replayed whole, or a follower's write still to come).
 	ErrCopyStale = errors.New("the registry copy in Redis is older than the one applied")
+	// ErrCopyDiffers: Check found a copy other than the one written.
+	ErrCopyDiffers = errors.New("the registry copy in Redis is not the one written")
 )
 
 // CopyRejected is the error of a copy that is not what a follower wrote:
@@ -183,15 +185,17 @@ func (c *RegistryCopy) readAll(ctx context.Context, st *CopyState) (CopyRead, er
 
 // Check reads the whole copy and reports, as an error, how it differs
 // from st, the copy as this follower wrote it: for a follower to find a
-// copy that someone else changed, and write it whole again.
+// copy that someone else changed, and write it whole again. A copy that
+// differs is ErrNoCopy, a *CopyRejected or ErrCopyDiffers; any other
+// error is Redis's.
 func (c *RegistryCopy) Check(ctx context.Context, st *CopyState) error {
 	r, err := c.readAll(ctx, &CopyState{})
 	if err != nil {
 		return err
 	}
 	if r.State.Term != st.Term || r.State.Version != st.Version || r.State.digest != st.digest || len(r.State.elems) != len(st.elems) {
-		return fmt.Errorf("the copy in Redis is term %d version %d, not the one written (term %d version %d)",
-			r.State.Term, r.State.Version, st.Term, st.Version)
+		return fmt.Errorf("%w: it is term %d version %d, the one written term %d version %d",
+			ErrCopyDiffers, r.State.Term, r.State.Version, st.Term, st.Version)
 	}
 	return nil
 }

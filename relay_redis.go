@@ -1,0 +1,207 @@
+package pgcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The registry copy's fields (lock.RegistryCopy): one per served cluster,
+// holding every row of the cluster, and one holding every alias.
+const (
+	clusterFieldPrefix = "n:"
+	aliasesField       = "aliases"
+)
+
+func clusterField(name string) string { return clusterFieldPrefix + name }
+
+// wireNode is a Node as the copy holds it.
+type wireNode struct {
+	Cluster string       `json:"c"`
+	Name    string       `json:"n"`
+	Address netip.Addr   `json:"a,omitzero"`
+	Network netip.Prefix `json:"net,omitzero"`
+	Port    int          `json:"p"`
+	Role    string       `json:"r"`
+	Healthy bool         `json:"h,omitempty"`
+	// Age is the heartbeat's age in ns when the follower published the
+	// cluster: readers judge stale_after with it as the follower did, and
+	// the follower writes the cluster again whenever that judgement
+	// changes.
+	Age int64 `json:"age"`
+	// Beat is the heartbeat in Unix µs; nil when it is not a moment.
+	Beat *int64 `json:"hb,omitempty"`
+}
+
+func encodeNodes(ns []Node) []byte {
+	w := make([]wireNode, len(ns))
+	for i, n := range ns {
+		w[i] = wireNode{Cluster: n.Cluster, Name: n.Name, Address: n.Address, Network: n.Network,
+			Port: n.Port, Role: n.Role, Healthy: n.Healthy, Age: int64(n.HeartbeatAge)}
+		if !n.Heartbeat.IsZero() {
+			us := n.Heartbeat.UnixMicro()
+			w[i].Beat = &us
+		}
+	}
+	b, _ := json.Marshal(w) // strings, numbers and addresses: cannot fail
+	return b
+}
+
+func decodeNodes(b []byte) ([]Node, error) {
+	var w []wireNode
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	ns := make([]Node, len(w))
+	for i, n := range w {
+		ns[i] = Node{Cluster: n.Cluster, Name: n.Name, Address: n.Address, Network: n.Network,
+			Port: n.Port, Role: n.Role, Healthy: n.Healthy, HeartbeatAge: time.Duration(n.Age)}
+		if n.Beat != nil {
+			ns[i].Heartbeat = time.UnixMicro(*n.Beat)
+		}
+	}
+	return ns, nil
+}
+
+func encodeAliases(as []Alias) []byte {
+	w := make([][2]string, len(as))
+	for i, a := range as {
+		w[i] = [2]string{a.Alias, a.Target}
+	}
+	b, _ := json.Marshal(w)
+	return b
+}
+
+func decodeAliases(b []byte) ([]Alias, error) {
+	var w [][2]string
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	as := make([]Alias, len(w))
+	for i, a := range w {
+		as[i] = Alias{Alias: a[0], Target: a[1]}
+	}
+	return as, nil
+}
+
+// copyFields returns the copy's fields for the clusters named (nil for one
+// without rows: deleted) and, with aliases, the aliases, as rows holds them.
+func copyFields(rows *rowSet, clusters map[string]bool, aliases bool) map[string][]byte {
+	out := make(map[string][]byte, len(clusters)+1)
+	for name := range clusters {
+		var b []byte
+		if c, ok := rows.clusters[name]; ok {
+			b = encodeNodes(c.nodes)
+		}
+		out[clusterField(name)] = b
+	}
+	if aliases {
+		out[aliasesField] = encodeAliases(rows.aliasList())
+	}
+	return out
+}
+
+// allFields returns every field of the copy rows makes.
+func allFields(rows *rowSet) map[string][]byte {
+	return copyFields(rows, setOf(maps.Keys(rows.clusters)), true)
+}
+
+func setOf(keys func(func(string) bool)) map[string]bool {
+	out := map[string]bool{}
+	for k := range keys {
+		out[k] = true
+	}
+	return out
+}
+
+// updateFromCopy is the update the fields read from the copy make: those
+// changed (a nil value: the cluster is gone), or, with full, every field.
+func updateFromCopy(fields map[string][]byte, full bool) (rowsUpdate, error) {
+	u := rowsUpdate{full: full, nodes: map[string][]Node{}}
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		b := fields[f]
+		if f == aliasesField {
+			if b == nil {
+				u.aliases, u.aliasesSet = nil, true
+				continue
+			}
+			as, err := decodeAliases(b)
+			if err != nil {
+				return u, fmt.Errorf("field %q: %w", f, err)
+			}
+			u.aliases, u.aliasesSet = as, true
+			continue
+		}
+		name, ok := strings.CutPrefix(f, clusterFieldPrefix)
+		if !ok {
+			return u, fmt.Errorf("unknown field %q", f)
+		}
+		if b == nil {
+			u.nodes[name] = nil
+			continue
+		}
+		ns, err := decodeNodes(b)
+		if err != nil {
+			return u, fmt.Errorf("field %q: %w", f, err)
+		}
+		u.nodes[name] = ns
+	}
+	if full && !u.aliasesSet {
+		u.aliasesSet = true // a copy without the field has no alias
+	}
+	return u, nil
+}
+
+// merge puts what u brings into rs (its maps replaced, never changed: see
+// rowSet), as of at.
+func (rs *rowSet) merge(u rowsUpdate, at time.Time) {
+	if u.full || rs.clusters == nil {
+		rs.clusters = make(map[string]clusterRows, len(u.nodes))
+	} else {
+		rs.clusters = maps.Clone(rs.clusters)
+	}
+	for name, ns := range u.nodes {
+		if len(ns) == 0 {
+			delete(rs.clusters, name)
+			continue
+		}
+		rs.clusters[name] = clusterRows{nodes: ns, at: at}
+	}
+	if u.aliasesSet || u.full {
+		rs.aliases = make(map[string]Alias, len(u.aliases))
+		for _, a := range u.aliases {
+			rs.aliases[a.Alias] = a
+		}
+	}
+}
+
+// diff returns the served clusters whose rows u changes in a way an answer
+// shows (see sameRows), and whether it changes the aliases.
+func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool, bool) {
+	changed := map[string]bool{}
+	for name, ns := range u.nodes {
+		if old, ok := rs.clusters[name]; !ok && len(ns) > 0 || ok && !sameRows(old.nodes, ns, staleAfter) {
+			changed[name] = true
+		}
+	}
+	if u.full {
+		for name := range rs.clusters {
+			if _, ok := u.nodes[name]; !ok {
+				changed[name] = true
+			}
+		}
+	}
+	aliases := false
+	if u.aliasesSet {
+		now := make(map[string]Alias, len(u.aliases))
+		for _, a := range u.aliases {
+			now[a.Alias] = a
+		}
+		aliases = !maps.Equal(now, rs.aliases)
+	}
+	return changed, aliases
+}
