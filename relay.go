@@ -34,6 +34,9 @@ const (
 	// relayFirstCopy is how long a new instance with nothing to serve
 	// waits for a copy before it follows PostgreSQL itself.
 	relayFirstCopy = relayLease
+	// relayExpiryMargin: a lease about to expire is polled this long after
+	// its expiry as last seen.
+	relayExpiryMargin = 5 * time.Millisecond
 )
 
 // Roles in the relay.
@@ -62,7 +65,7 @@ type relay struct {
 	rc   *lock.RegistryCopy
 
 	updates chan relayUpdate
-	news    chan struct{} // capacity 1: a version was published, or a subscription began
+	news    chan int64    // capacity 1: the version last published, 0 when a subscription began
 	loaded  chan struct{} // closed at the first rows applied
 	done    chan struct{} // closed when run returns
 
@@ -78,6 +81,7 @@ type relay struct {
 	fails    int              // Redis calls failed in a row
 	back     time.Time        // local: Redis's clock when it answered again
 	leaveBy  time.Time        // leave the lease to others until then
+	left     time.Duration    // the lease's time to live at the last poll, 0 without one
 	started  time.Time        // of run
 	checked  time.Time        // follower: when the copy was last checked
 	rejected time.Time        // when a copy was last rejected
@@ -118,7 +122,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 	return &relay{
 		set: set, pb: pb, key: key, rdb: rdb, rc: rc,
 		updates: make(chan relayUpdate),
-		news:    make(chan struct{}, 1),
+		news:    make(chan int64, 1),
 		loaded:  make(chan struct{}),
 		done:    make(chan struct{}),
 		st:      &lock.CopyState{},
@@ -178,8 +182,10 @@ func (r *relay) run(ctx context.Context) {
 		case <-t.C:
 			r.tick()
 			t.Reset(r.nextTick())
-		case <-r.news:
-			if r.role == roleReader && time.Since(r.rejected) >= relayResync {
+		case v := <-r.news:
+			// A version rejected is read again only after relayResync:
+			// whoever forged it may publish it again and again.
+			if r.role == roleReader && v != r.st.Version && (v != r.rejectV || time.Since(r.rejected) >= relayResync) {
 				r.catchUp()
 			}
 		case up := <-r.updates:
@@ -193,10 +199,18 @@ func (r *relay) run(ctx context.Context) {
 // watch wakes run on every version published and every subscription.
 func (r *relay) watch(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := r.rc.Watch(ctx, func(int64) {
-			select {
-			case r.news <- struct{}{}:
-			default:
+		err := r.rc.Watch(ctx, func(v int64) {
+			// The latest news replaces news not taken yet.
+			for {
+				select {
+				case r.news <- v:
+					return
+				default:
+				}
+				select {
+				case <-r.news:
+				default:
+				}
 			}
 		})
 		if ctx.Err() == nil {
@@ -210,12 +224,18 @@ func (r *relay) watch(ctx context.Context) {
 }
 
 // nextTick is relayTick, with jitter but for the follower, so that a
-// fleet's polls spread out.
+// fleet's polls spread out; or, when the lease is about to expire (its
+// holder died or stalls), just after it does, so that another instance
+// takes it at once.
 func (r *relay) nextTick() time.Duration {
 	if r.role == roleFollower {
 		return relayTick
 	}
-	return relayTick*8/10 + rand.N(relayTick*4/10)
+	next := relayTick*8/10 + rand.N(relayTick*4/10)
+	if r.left > 0 && r.left+relayExpiryMargin < next {
+		next = r.left + relayExpiryMargin
+	}
+	return next
 }
 
 // tick renews the follower's lease, or polls the copy (and the lease).
@@ -230,10 +250,14 @@ func (r *relay) tick() {
 // poll reads the copy's version and head, taking the lease when it is
 // free (and not left to others), and acts on what it finds.
 func (r *relay) poll() {
+	r.left = 0
 	p, err := r.rc.Poll(r.ctx, time.Now().After(r.leaveBy), relayLease)
 	if err != nil {
 		r.redisFailed(err)
 		return
+	}
+	if !p.Taken && p.Holder != r.rc.Token() {
+		r.left = p.Left
 	}
 	r.redisOK(p.Now)
 	if p.Taken || p.Holder == r.rc.Token() {

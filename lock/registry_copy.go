@@ -345,7 +345,8 @@ func (c *RegistryCopy) Write(ctx context.Context, prev *CopyState, w CopyWrite, 
 }
 
 // pollScript takes the registry lease when asked and it is free, and
-// returns {taken, holder, version, head, Redis's clock in µs}.
+// returns {taken, holder, version, head, Redis's clock in µs, the lease's
+// time to live in ms (negative without a lease)}.
 var pollScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local held = redis.call('GET', KEYS[1])
@@ -357,7 +358,7 @@ if ARGV[3] == '1' and not held then
 end
 local t = redis.call('TIME')
 return {taken, held or '', redis.call('HGET', KEYS[2], 'v') or '', redis.call('HGET', KEYS[2], 'head') or '',
-  tonumber(t[1]) * 1000000 + tonumber(t[2])}
+  tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('PTTL', KEYS[1])}
 `)
 
 // CopyPoll is what Poll read.
@@ -373,6 +374,9 @@ type CopyPoll struct {
 	Head string
 	// Now is Redis's clock.
 	Now time.Time
+	// Left is how long the lease has to live, 0 without one: a holder
+	// that died loses it then, and another instance may take it.
+	Left time.Duration
 }
 
 // Poll reads, in one round trip, who holds the registry lease, the copy's
@@ -392,7 +396,7 @@ func (c *RegistryCopy) Poll(ctx context.Context, take bool, ttl time.Duration) (
 	if err != nil {
 		return CopyPoll{}, fmt.Errorf("lock: poll the registry copy: %w", err)
 	}
-	if len(res) != 5 {
+	if len(res) != 6 {
 		return CopyPoll{}, fmt.Errorf("lock: poll the registry copy: unexpected reply %v", res)
 	}
 	taken, _ := res[0].(int64)
@@ -400,8 +404,10 @@ func (c *RegistryCopy) Poll(ctx context.Context, take bool, ttl time.Duration) (
 	vs, _ := res[2].(string)
 	head, _ := res[3].(string)
 	now, _ := res[4].(int64)
+	left, _ := res[5].(int64)
 	v, _ := strconv.ParseInt(vs, 10, 64)
-	return CopyPoll{Taken: taken == 1, Holder: holder, Version: v, Head: head, Now: time.UnixMicro(now)}, nil
+	return CopyPoll{Taken: taken == 1, Holder: holder, Version: v, Head: head, Now: time.UnixMicro(now),
+		Left: time.Duration(max(left, 0)) * time.Millisecond}, nil
 }
 
 // renewCopyScript extends the registry lease while it holds the caller's

@@ -241,8 +241,8 @@ func TestRegistryCopyRenew(t *testing.T) {
 		t.Fatalf("renew: %v %v %v", now, ok, err)
 	}
 	p, err := b.Poll(ctx, true, copyTTL)
-	if err != nil || p.Taken || p.Holder != a.Token() || p.Version != 7 {
-		t.Fatalf("poll: %+v %v", p, err)
+	if err != nil || p.Taken || p.Holder != a.Token() || p.Version != 7 || p.Left <= 0 || p.Left > copyTTL {
+		t.Fatalf("poll: %+v %v (the lease's time left should be in (0, %v])", p, err, copyTTL)
 	}
 	h, err := b.DecodeHead(p.Head)
 	if err != nil || h.Alive != 12345 || h.Version != 7 {
