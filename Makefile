@@ -4,6 +4,7 @@
 #   make test    install what is missing, then vet, gofmt and every test
 #   make run     install what is missing, build, start the local demo
 #   make bench   the benchmarks
+#   make chaos   the fleet under load and faults (CHAOS_DURATION, default 120s)
 #   make fuzz    each fuzz target in turn for FUZZTIME (default 5m)
 #   make image   the container image (podman), FROM scratch: see Containerfile
 #   make test-build  the deployment tests alone: a CoreDNS built through
@@ -17,6 +18,8 @@ export CI
 GO         ?= go
 TESTFLAGS  ?=
 RUN_ARGS   ?=
+# make chaos: how long the load and the faults last (a Go duration).
+CHAOS_DURATION ?= 120s
 # make fuzz: how long each target runs (a Go duration, or Nx for N inputs),
 # how many inputs at once, and which targets (a regexp of their names).
 FUZZTIME   ?= 5m
@@ -30,7 +33,7 @@ IMAGE      ?= localhost/pgcluster-coredns:latest
 IMAGE_DIR  ?= bin/image
 GIT_COMMIT := $(shell git describe --always --dirty 2>/dev/null)
 
-.PHONY: all build setup test test-build vet fmt-check run bench fuzz image clean
+.PHONY: all build setup test test-build vet fmt-check run bench chaos fuzz image clean
 
 all: build
 
@@ -73,6 +76,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/test$$')
 	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench RegistryScale -benchtime 1x -timeout 30m ./test/
+
+# The chaos run (issue 10): TestChaos for CHAOS_DURATION, its report on
+# stdout; it fails past its limits (any SERVFAIL or wrong answer, timeouts
+# at 0.01% of queries or more). make test runs it for 20s.
+chaos: setup
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -race -count=1 -v -timeout 60m -run '^TestChaos$$' $(TESTFLAGS) ./test/
 
 # Every fuzz target (a func FuzzX in a _test.go file) in turn, for FUZZTIME
 # each: a failure stops the run, its input written under the package's

@@ -1,0 +1,96 @@
+package test
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// report judges the checker's answers, prints the chaos run's report and
+// fails the test past the limits: any SERVFAIL, any wrong answer, any
+// other error, timeouts over chaosMaxTimeouts percent of all queries.
+func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, perf []dnsperfReport) {
+	obs := r.checker.all()
+	v := judgeChaos(obs, r.local, r.roles, chaosBudget)
+	down, swap := propagation(obs, r.local, r.roles)
+
+	var b strings.Builder
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
+	p("chaos run: %v, three instances, checks every %v (timeout %v, rise %d, fall %d)", ran.Round(time.Second), chaosInterval, chaosTimeout, chaosRise, chaosFall)
+	p("budget for a change to reach every answer: fall×interval + timeout + lease = %d×%v + %v + %v = %v",
+		chaosFall, chaosInterval, chaosTimeout, chaosLease, chaosBudget)
+	var done []string
+	for _, name := range slices.Sorted(maps.Keys(steps)) {
+		done = append(done, fmt.Sprintf("%s ×%d", name, steps[name]))
+	}
+	p("faults: %s; backend flaps ×%d", strings.Join(done, ", "), flaps)
+
+	dnsTotal, dnsLost, dnsServfail, dnsOther := 0, 0, 0, 0
+	for i, d := range perf {
+		p("dnsperf on instance %d: %v", i, d)
+		dnsTotal += d.completed + d.lost
+		dnsLost += d.lost
+		dnsServfail += d.servfail
+		dnsOther += d.other
+	}
+	p("checker: %d queries, %d SERVFAIL, %d other rcodes, %d timeouts, %d errors; slowest answer %v",
+		v.total, v.servfail, v.otherRcode, v.timeouts, v.errs, v.slowest.Round(time.Microsecond))
+	p("checker latency: median %v, 99th percentile %v, 99.9th %v; the slowest:",
+		latencyQuantile(obs, 0.5).Round(time.Microsecond), latencyQuantile(obs, 0.99).Round(time.Microsecond), latencyQuantile(obs, 0.999).Round(time.Microsecond))
+	for _, o := range slowestQueries(obs, 5) {
+		p("  %s incarnation %d %s: %v", o.send.Format("15:04:05.000"), o.inst, o.name, o.recv.Sub(o.send).Round(time.Microsecond))
+	}
+	p("wrong answers: %d (a backend down longer than the budget answered: %d; a backend up longer left out: %d; primary./standby. not the node in that role: %d)",
+		v.wrong(), v.staleBackend, v.missingBackend, v.wrongRole)
+	total := dnsTotal + v.total
+	timeouts := dnsLost + v.timeouts
+	share := 100 * float64(timeouts) / float64(max(total, 1))
+	p("queries: %d (dnsperf %d, checker %d); SERVFAIL %d; timeouts %d = %.4f%% (limit %.2f%%)",
+		total, dnsTotal, v.total, dnsServfail+v.servfail, timeouts, share, chaosMaxTimeouts)
+	p("backend down → gone from an instance's answers (last answer holding it): median %v, max %v over %d",
+		quantile(down, 0.5), quantile(down, 1), len(down))
+	p("role swap COMMIT → old primary gone from primary.: median %v, max %v over %d",
+		quantile(swap, 0.5), quantile(swap, 1), len(swap))
+	for _, w := range r.windows {
+		p("%-16s noticed by the first instance after %v, by every instance after %v; slowest checker answer meanwhile %v (from %s, for %v)",
+			w.what, w.noticed.first.Round(time.Millisecond), w.noticed.all.Round(time.Millisecond), slowestIn(obs, w.from, w.to).Round(time.Microsecond),
+			w.from.Format("15:04:05.000"), w.to.Sub(w.from).Round(time.Millisecond))
+	}
+	p("timeline:")
+	for _, e := range r.timeline {
+		p("  %s", e)
+	}
+	for _, kind := range slices.Sorted(maps.Keys(v.examples)) {
+		p("first %s answers:", kind)
+		for _, e := range v.examples[kind] {
+			p("  %s", e)
+		}
+	}
+	r.t.Logf("chaos report\n%s", b.String())
+
+	if n := dnsServfail + v.servfail; n > 0 {
+		r.t.Errorf("%d SERVFAIL answers (dnsperf %d, checker %d)", n, dnsServfail, v.servfail)
+	}
+	if dnsOther+v.otherRcode+v.errs > 0 {
+		r.t.Errorf("unexpected answers: dnsperf %d other rcodes, checker %d other rcodes and %d errors", dnsOther, v.otherRcode, v.errs)
+	}
+	if v.wrong() > 0 {
+		r.t.Errorf("%d wrong answers", v.wrong())
+	}
+	if share >= chaosMaxTimeouts {
+		r.t.Errorf("%d of %d queries timed out (%.4f%%, limit %.2f%%)", timeouts, total, share, chaosMaxTimeouts)
+	}
+	if dnsTotal == 0 || v.total == 0 {
+		r.t.Errorf("no load: dnsperf answered %d queries, the checker %d", dnsTotal, v.total)
+	}
+}
+
+// quantile returns the q quantile of sorted ds, rounded to the millisecond.
+func quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond)
+}

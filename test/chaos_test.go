@@ -1,0 +1,445 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// The chaos run's check settings, tight enough that a backend leaves every
+// answer within seconds.
+const (
+	chaosInterval = 500 * time.Millisecond
+	chaosTimeout  = 200 * time.Millisecond
+	chaosRise     = 2
+	chaosFall     = 2
+	// chaosLease is the lease of a backend's prober (lock's default: three
+	// intervals and the timeout): the longest another instance waits
+	// before probing a backend whose prober is gone (SIGKILLed, frozen,
+	// cut off by a Redis outage), which is the propagation margin.
+	chaosLease = 3*chaosInterval + chaosTimeout
+	// chaosBudget is how long a change may take to reach every answer:
+	// fall probes an interval apart, the last one's timeout, and the
+	// margin. A backend down longer must not be answered; a backend up
+	// longer must be; a role swapped longer ago must show.
+	chaosBudget = chaosFall*chaosInterval + chaosTimeout + chaosLease
+	// chaosTTL is the instances' ttl; a Corefile reload toggles it with
+	// chaosTTLReloaded.
+	chaosTTL, chaosTTLReloaded = 5, 7
+	// chaosDefaultDuration is the run's length inside make test;
+	// CHAOS_DURATION sets another (make chaos: 120s).
+	chaosDefaultDuration = 20 * time.Second
+	// chaosMaxTimeouts is the share of queries that may time out, in percent.
+	chaosMaxTimeouts = 0.01
+	// chaosStepTimeout bounds each wait of the script.
+	chaosStepTimeout = 30 * time.Second
+)
+
+// The chaos run's backends: the cluster local's four nodes, flapped two
+// pairs at a time, and the cluster pgc's primary and standby, whose roles
+// the run swaps in the registry.
+var (
+	chaosLocalHosts = []string{"127.0.0.61", "127.0.0.62", "127.0.0.63", "127.0.0.64"}
+	chaosRoleHosts  = [2]string{"127.0.0.71", "127.0.0.72"}
+)
+
+// Instance slots: dnsperf loads the first two; the second is reloaded
+// under that load; the third is killed and started again.
+const (
+	chaosReloadSlot = 1
+	chaosKillSlot   = 2
+)
+
+// TestChaos runs a fleet of three bin/coredns (built with -race under make
+// test and make chaos) with a real redis-server, the registry's PostgreSQL
+// and real TCP backends, under a steady load from dnsperf on two instances,
+// for CHAOS_DURATION (default 20s). Meanwhile the backends of cluster local
+// flap, one of each pair down at a time, and a script, in turn, stops and
+// starts Redis, freezes it (SIGSTOP) and resumes it, swaps the roles of
+// cluster pgc in the registry, restarts PostgreSQL, freezes and resumes it,
+// SIGKILLs an instance and starts it again, and reloads another's changed
+// Corefile (SIGUSR1). A checker asks every instance for local., primary.pgc.
+// and standby.pgc. about 33 times a second each. It fails on any SERVFAIL,
+// any wrong answer (an address whose backend had been down longer than
+// chaosBudget, a backend up that long left out, a primary. or standby.
+// answer naming a node that had not held that role within chaosBudget),
+// and on timeouts over 0.01% of all queries, dnsperf's and the checker's.
+// The report gives the counts, how long changes took to leave the answers,
+// and how long a frozen Redis and a frozen registry took to be noticed,
+// with the slowest answer meanwhile.
+func TestChaos(t *testing.T) {
+	duration := chaosDuration(t)
+	bin, err := exec.LookPath(dnsperfPath)
+	if err != nil {
+		t.Fatalf("dnsperf is missing (the setup script installs it: apt-get install -y dnsperf): %v", err)
+	}
+	r := newChaosRun(t)
+	began := time.Now()
+	for _, slot := range []int{0, 1, 2} {
+		r.watch(slot)
+	}
+	perf := []*dnsperfRun{startDnsperf(t, bin, r.ins[0].Addr()), startDnsperf(t, bin, r.ins[1].Addr())}
+	stopFlaps := r.flap()
+
+	steps := []struct {
+		name string
+		run  func()
+	}{
+		{"Redis stopped and started", r.redisRestart},
+		{"Redis frozen and resumed", r.redisFreeze},
+		{"roles swapped", r.swap},
+		{"PostgreSQL stopped and started", r.pgRestart},
+		{"PostgreSQL frozen and resumed", r.pgFreeze},
+		{"instance SIGKILLed and started", r.kill},
+		{"Corefile reloaded", r.reload},
+		{"roles swapped", r.swap},
+	}
+	deadline := began.Add(duration)
+	done := map[string]int{}
+	for i := 0; i < len(steps) || time.Now().Before(deadline); i++ {
+		s := steps[i%len(steps)]
+		start := time.Now()
+		r.event("%s", s.name)
+		s.run()
+		done[s.name]++
+		r.alive()
+		t.Logf("%6.1fs  %s (%v)", time.Since(began).Seconds(), s.name, time.Since(start).Round(time.Millisecond))
+	}
+
+	flaps := stopFlaps()
+	for _, stop := range r.stops {
+		stop()
+	}
+	var reports []dnsperfReport
+	for _, d := range perf {
+		reports = append(reports, d.stop(t))
+	}
+	r.report(time.Since(began), done, flaps, reports)
+}
+
+// chaosDuration reads CHAOS_DURATION.
+func chaosDuration(t *testing.T) time.Duration {
+	t.Helper()
+	v := os.Getenv("CHAOS_DURATION")
+	if v == "" {
+		return chaosDefaultDuration
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		t.Fatalf("CHAOS_DURATION=%q is not a positive duration; give one such as 120s", v)
+	}
+	return d
+}
+
+// chaosRun is the fleet under chaos and what the script measured.
+type chaosRun struct {
+	t        *testing.T
+	pg       *pgtest.Postgres
+	rs       *redistest.Server
+	local    []*chaosBackend
+	roles    *chaosRoles
+	corefile string
+	ins      []*Instance // by slot
+	stops    []func()    // the checker's, by slot
+	next     int         // the next incarnation's number
+	checker  *chaosChecker
+	ttl      int // the reload slot's ttl now
+
+	// windows are the faults the report looks at: when each began and
+	// ended, and how long the fleet took to notice it.
+	windows []chaosWindow
+	// timeline is what the script did, and when.
+	timeline []string
+}
+
+// event adds a line to the timeline.
+func (r *chaosRun) event(format string, args ...any) {
+	r.timeline = append(r.timeline, time.Now().Format("15:04:05.000")+" "+fmt.Sprintf(format, args...))
+}
+
+// chaosWindow is a fault: noticed is how long the fleet took to notice
+// it, first by the first instance, all by every one.
+type chaosWindow struct {
+	what     string
+	from, to time.Time
+	noticed  chaosNoticed
+}
+
+type chaosNoticed struct{ first, all time.Duration }
+
+// newChaosRun starts Redis, the registry with its rows, the backends and
+// three instances, and waits until they share the checks of all six.
+func newChaosRun(t *testing.T) *chaosRun {
+	r := &chaosRun{t: t, rs: redistest.Start(t), pg: Registry(t), checker: &chaosChecker{}, ttl: chaosTTL}
+	var rows []string
+	for i, h := range chaosLocalHosts {
+		b := r.backend(h)
+		r.local = append(r.local, b)
+		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %s, 'standby')", i, h, b.port))
+	}
+	for i, h := range chaosRoleHosts {
+		b := r.backend(h)
+		role := []string{"primary", "standby"}[i]
+		rows = append(rows, fmt.Sprintf("('pgc', 'p%d', '%s', %s, '%s')", i+1, h, b.port, role))
+	}
+	r.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
+	r.roles = newChaosRoles(chaosRoleHosts)
+	r.corefile = chaosCorefile(r.pg.DSN(""), r.rs.URL())
+	r.ins = startInstances(t, r.corefile, 3)
+	r.stops = make([]func(), 3)
+	Eventually(t, chaosStepTimeout, coordinated(t, r.ins, r.targets()))
+	Eventually(t, chaosStepTimeout, answersExactly(r.ins, chaosLocalHosts))
+	return r
+}
+
+func (r *chaosRun) backend(host string) *chaosBackend {
+	b, err := openChaosBackend(host)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(b.close)
+	return b
+}
+
+func (r *chaosRun) targets() int { return len(chaosLocalHosts) + len(chaosRoleHosts) }
+
+// chaosCorefile is the fleet's Corefile: checks every chaosInterval,
+// shared through Redis.
+func chaosCorefile(dsn, redisURL string) string {
+	return fmt.Sprintf(`%s:%s {
+ bind 127.0.0.1
+ prometheus 127.0.0.1:%s
+ pgcluster {
+  postgres %s
+  allow_loopback
+  ttl %d
+  check tcp
+  interval %s
+  timeout %s
+  rise %d
+  fall %d
+  redis %s
+ }
+}
+`, Zone, PortPlaceholder, MetricsPlaceholder, dsn, chaosTTL, chaosInterval, chaosTimeout, chaosRise, chaosFall, redisURL)
+}
+
+// watch starts the checker on the instance in slot, as a new incarnation.
+func (r *chaosRun) watch(slot int) {
+	r.stops[slot] = r.checker.watch(r.next, r.ins[slot].Addr())
+	r.event("checker on incarnation %d: slot %d, %s, pid %d", r.next, slot, r.ins[slot].Addr(), r.ins[slot].Pid())
+	r.next++
+}
+
+// flap flaps the local backends, each pair on its own, until the returned
+// function is called; it returns how many flaps were made.
+func (r *chaosRun) flap() func() int {
+	stop := make(chan struct{})
+	type result struct {
+		n   int
+		err error
+	}
+	results := make(chan result, 2)
+	for _, pair := range [][2]*chaosBackend{{r.local[0], r.local[1]}, {r.local[2], r.local[3]}} {
+		go func() {
+			n, err := flapPair(pair, stop)
+			results <- result{n, err}
+		}()
+	}
+	return func() int {
+		close(stop)
+		total := 0
+		for range 2 {
+			res := <-results
+			total += res.n
+			if res.err != nil {
+				r.t.Errorf("flapping backends: %v", res.err)
+			}
+		}
+		return total
+	}
+}
+
+// untilAll waits until the sample name of every instance is want, and
+// returns how long the first and the slowest instance took, from start.
+func (r *chaosRun) untilAll(start time.Time, name string, want float64) chaosNoticed {
+	r.t.Helper()
+	seen := make([]bool, len(r.ins))
+	var n chaosNoticed
+	Eventually(r.t, chaosStepTimeout, func() error {
+		var err error
+		for i, in := range r.ins {
+			if seen[i] {
+				continue
+			}
+			if metric(r.t, in, name) != want {
+				err = fmt.Errorf("%s on %s is not %v after %v", name, in.Addr(), want, time.Since(start))
+				continue
+			}
+			seen[i] = true
+			n.all = time.Since(start)
+			if n.first == 0 {
+				n.first = n.all
+			}
+		}
+		return err
+	})
+	return n
+}
+
+func (r *chaosRun) coordinated() {
+	r.t.Helper()
+	Eventually(r.t, chaosStepTimeout, coordinated(r.t, r.ins, r.targets()))
+}
+
+func (r *chaosRun) redisRestart() {
+	from := time.Now()
+	r.rs.Stop()
+	noticed := r.untilAll(from, modeLocal, 1)
+	if err := r.rs.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.windows = append(r.windows, chaosWindow{"Redis stopped", from, time.Now(), noticed})
+	r.coordinated()
+}
+
+func (r *chaosRun) redisFreeze() {
+	from := time.Now()
+	if err := r.rs.Freeze(); err != nil {
+		r.t.Fatal(err)
+	}
+	noticed := r.untilAll(from, modeLocal, 1)
+	time.Sleep(time.Second) // frozen a while longer, answering from local checks
+	if err := r.rs.Thaw(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.windows = append(r.windows, chaosWindow{"Redis frozen", from, time.Now(), noticed})
+	r.coordinated()
+}
+
+// swap swaps the roles of cluster pgc, and waits until every instance
+// answers the new primary before the script goes on (the checker judges
+// whether that took longer than the budget). Only while every instance
+// follows the registry, and never cut short by the next fault: a change
+// made while an instance is cut off, or that it had no time to read before
+// the registry froze, reaches it when it reconnects, after a backoff of up
+// to 5 s, not within the budget.
+func (r *chaosRun) swap() {
+	r.untilAll(time.Now(), registryUp, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	primary, err := r.roles.swap(ctx, r.pg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	Eventually(r.t, chaosStepTimeout, func() error {
+		for _, in := range r.ins {
+			m, err := Exchange("udp", in.Addr(), chaosPrimary, dns.TypeA)
+			if err != nil {
+				return err
+			}
+			if got := Addrs(m); len(got) != 1 || got[0] != primary {
+				return fmt.Errorf("%s answers %v for %s, want %s", in.Addr(), got, chaosPrimary, primary)
+			}
+		}
+		return nil
+	})
+}
+
+func (r *chaosRun) pgRestart() {
+	from := time.Now()
+	if err := r.pg.Stop(); err != nil {
+		r.t.Fatal(err)
+	}
+	noticed := r.untilAll(from, registryUp, 0)
+	if err := r.pg.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	r.windows = append(r.windows, chaosWindow{"registry stopped", from, time.Now(), noticed})
+	r.swap()
+}
+
+func (r *chaosRun) pgFreeze() {
+	from := time.Now()
+	frozen := freeze(r.t, r.pg)
+	noticed := r.untilAll(from, registryUp, 0)
+	time.Sleep(time.Second) // frozen a while longer, answering from the snapshot
+	thaw(frozen)
+	r.windows = append(r.windows, chaosWindow{"registry frozen", from, time.Now(), noticed})
+	r.swap()
+}
+
+// kill SIGKILLs the instance of the kill slot and starts a new one in its
+// place (on a new port).
+func (r *chaosRun) kill() {
+	r.stops[chaosKillSlot]()
+	r.ins[chaosKillSlot].Kill()
+	r.ins[chaosKillSlot] = StartFleetInstance(r.t, r.corefile)
+	r.watch(chaosKillSlot)
+	r.coordinated()
+}
+
+// reload rewrites the Corefile of the reload slot's instance with another
+// ttl and sends it SIGUSR1, as an operator would; dnsperf and the checker
+// keep asking it meanwhile.
+func (r *chaosRun) reload() {
+	in := r.ins[chaosReloadSlot]
+	path, err := confPath(in.Pid())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.ttl = map[int]int{chaosTTL: chaosTTLReloaded, chaosTTLReloaded: chaosTTL}[r.ttl]
+	changed := ttlLine.ReplaceAll(b, fmt.Appendf(nil, "${1}%d", r.ttl))
+	if string(changed) == string(b) {
+		r.t.Fatalf("no ttl line to change in %s:\n%s", path, b)
+	}
+	if err := os.WriteFile(path, changed, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	before := strings.Count(in.Log(), "Reloading complete")
+	if err := syscall.Kill(in.Pid(), syscall.SIGUSR1); err != nil {
+		r.t.Fatal(err)
+	}
+	Eventually(r.t, chaosStepTimeout, func() error {
+		if strings.Count(in.Log(), "Reloading complete") == before {
+			return fmt.Errorf("%s has not logged Reloading complete after SIGUSR1", in.Addr())
+		}
+		return nil
+	})
+	Eventually(r.t, chaosStepTimeout, func() error {
+		m, err := Exchange("udp", in.Addr(), chaosLocal, dns.TypeA)
+		if err != nil {
+			return err
+		}
+		if len(m.Answer) == 0 || m.Answer[0].Header().Ttl != uint32(r.ttl) {
+			return fmt.Errorf("after the reload to ttl %d, %s answers %v", r.ttl, in.Addr(), m.Answer)
+		}
+		return nil
+	})
+	r.coordinated()
+}
+
+// alive fails the test when an instance the script did not kill has
+// exited: a crash.
+func (r *chaosRun) alive() {
+	r.t.Helper()
+	for slot, in := range r.ins {
+		if in.Exited() {
+			r.t.Fatalf("the instance in slot %d (%s) exited on its own: a crash (its log follows at cleanup)", slot, in.Addr())
+		}
+	}
+}
