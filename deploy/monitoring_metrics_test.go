@@ -30,7 +30,8 @@ const metricsTimeout = 60 * time.Second
 // (the static build of cmd/coredns) with check tcp and redis on a real
 // registry and redis-server, makes them do what each metric counts (answers
 // of each kind, a node down, fail-open answers, a skipped row, a verdict
-// published by one instance and applied by the other), and checks that every
+// published by one instance and applied by the other, a registry change
+// relayed by the follower to the reader), and checks that every
 // metric the dashboard and the rules of deploy/monitoring/ name is exported
 // by the fleet: no panel or alert names a metric that does not exist.
 // TestMissingMetricsFound shows the same check failing on a fabricated
@@ -113,6 +114,10 @@ func TestMonitoringMetricsExported(t *testing.T) {
 		}
 		if time.Since(flip) > time.Second {
 			up.toggle(t)
+			// A registry change, which the relay's follower writes to
+			// Redis and the reader applies (relay_lag_seconds,
+			// relay_reads_total, registry_version).
+			reg.MustExec(t, `UPDATE pgcluster_nodes SET healthy = NOT healthy WHERE name = 'bad_name'`)
 			flip = time.Now()
 		}
 		time.Sleep(100 * time.Millisecond)
