@@ -65,9 +65,10 @@ type relay struct {
 	rc   *lock.RegistryCopy
 
 	updates chan relayUpdate
-	news    chan int64    // capacity 1: the version last published, 0 when a subscription began
-	loaded  chan struct{} // closed at the first rows applied
-	done    chan struct{} // closed when run returns
+	polls   chan relayPoll // capacity 1: the poll in flight's result
+	news    chan int64     // capacity 1: the version last published, 0 when a subscription began
+	loaded  chan struct{}  // closed at the first rows applied
+	done    chan struct{}  // closed when run returns
 
 	// Touched only by restore and then run's goroutine.
 	ctx      context.Context
@@ -98,6 +99,12 @@ type relayUpdate struct {
 	u   rowsUpdate
 }
 
+// relayPoll is what a poll of the copy brought.
+type relayPoll struct {
+	p   lock.CopyPoll
+	err error
+}
+
 // relayFollowing is a registry followed here.
 type relayFollowing struct {
 	reg    *registry
@@ -122,6 +129,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 	return &relay{
 		set: set, pb: pb, key: key, rdb: rdb, rc: rc,
 		updates: make(chan relayUpdate),
+		polls:   make(chan relayPoll, 1),
 		news:    make(chan int64, 1),
 		loaded:  make(chan struct{}),
 		done:    make(chan struct{}),
@@ -170,8 +178,12 @@ func (r *relay) run(ctx context.Context) {
 		wg.Wait()
 	}()
 
-	r.tick()
-	t := time.NewTimer(r.nextTick())
+	// A poll runs on its own goroutine, so that the updates of a registry
+	// followed here (local) are applied at once even while Redis takes
+	// its deadline to fail; the timer is armed again once it is handled.
+	var polls sync.WaitGroup
+	defer polls.Wait()
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
@@ -180,7 +192,18 @@ func (r *relay) run(ctx context.Context) {
 			r.leave()
 			return
 		case <-t.C:
-			r.tick()
+			if r.role == roleFollower {
+				r.renew()
+				t.Reset(r.nextTick())
+				continue
+			}
+			take := time.Now().After(r.leaveBy)
+			polls.Go(func() {
+				p, err := r.rc.Poll(ctx, take, relayLease)
+				r.polls <- relayPoll{p, err}
+			})
+		case res := <-r.polls:
+			r.polled(res.p, res.err)
 			t.Reset(r.nextTick())
 		case v := <-r.news:
 			// A version rejected is read again only after relayResync:
@@ -238,20 +261,10 @@ func (r *relay) nextTick() time.Duration {
 	return next
 }
 
-// tick renews the follower's lease, or polls the copy (and the lease).
-func (r *relay) tick() {
-	if r.role == roleFollower {
-		r.renew()
-	} else {
-		r.poll()
-	}
-}
-
-// poll reads the copy's version and head, taking the lease when it is
-// free (and not left to others), and acts on what it finds.
-func (r *relay) poll() {
+// polled acts on a poll of the copy's version and head, which took the
+// lease when it was free and not left to others.
+func (r *relay) polled(p lock.CopyPoll, err error) {
 	r.left = 0
-	p, err := r.rc.Poll(r.ctx, time.Now().After(r.leaveBy), relayLease)
 	if err != nil {
 		r.redisFailed(err)
 		return
