@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # setup.sh installs what pgcluster's tests and demo need and is missing:
 # redis-server, the PostgreSQL server binaries (initdb, pg_ctl), dig and
-# dnsperf (the load tool of the answer measurements), podman (make image and
-# its test), systemd-analyze (the systemd unit's test), promtool (Debian's
-# prometheus package: the alerting rules' tests in deploy/monitoring/) and
-# the CA certificates the image ships, then downloads the Go modules. It is
-# idempotent: it installs nothing that is present. As root on Debian it
-# installs with apt-get; as another user it says what is missing and how to
-# install it.
+# dnsperf (the load tool of the answer measurements), zonemaster-cli (the
+# delegation test), unbound (the validating resolver of the DNSSEC test),
+# podman (make image and its test), systemd-analyze (the systemd unit's
+# test), promtool (Debian's prometheus package: the alerting rules' tests in
+# deploy/monitoring/) and the CA certificates the image ships, then
+# downloads the Go modules. It is idempotent: it installs nothing that is
+# present. As root on Debian it installs with apt-get; as another user it
+# says what is missing and how to install it.
 #
 # No service is left running: tests start their own servers on free ports, so
 # nothing may listen on a fixed port (6379, 5432) while they run.
@@ -46,6 +47,8 @@ need redis-server redis-server command -v redis-server
 need "PostgreSQL server (initdb)" postgresql have_initdb
 need dig dnsutils command -v dig
 need dnsperf dnsperf command -v dnsperf
+need zonemaster-cli zonemaster-cli command -v zonemaster-cli
+need unbound unbound command -v unbound
 need podman podman command -v podman
 need systemd-analyze systemd command -v systemd-analyze
 need promtool prometheus command -v promtool
@@ -68,7 +71,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	say "apt-get install -y ${missing[*]}"
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	for svc in redis-server postgresql prometheus; do
+	for svc in redis-server postgresql prometheus unbound; do
 		if [[ " ${missing[*]} " == *" $svc "* ]]; then
 			service "$svc" stop >/dev/null 2>&1 || true
 			say "$svc: installed, service stopped (tests start their own on free ports)"
