@@ -514,3 +514,60 @@ func (w *relayWorld) forge(ins []*Instance, addr string) string {
 
 // clusterFieldOf is the copy's field of a cluster (relay_redis.go).
 func clusterFieldOf(cluster string) string { return "n:" + cluster }
+
+// TestRelayReload reloads the Corefile of the fleet's follower: the new
+// instance answers at once from the rows the old one served, the old one
+// gives the lease up, and the new one follows PostgreSQL for the fleet
+// in its place: a change is served, and one registry session is left.
+func TestRelayReload(t *testing.T) {
+	w := &relayWorld{t: t, pg: Registry(t), rs: redistest.Start(t), last: 1}
+	w.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES ('local', 'n0', '192.0.2.1', 5432, 'primary')")
+	w.connect()
+	port, err := pgtest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	corefile := func(ttl int) string {
+		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n pgcluster {\n  postgres %s\n  redis %s\n  redis_prefix %s\n  redis_secret %s\n  ttl %d\n }\n}\n",
+			Zone, port, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, ttl)
+	}
+	s := StartCoreDNS(t, corefile(5))
+	in := []*Instance{{addr: s.UDP}}
+	Eventually(t, 10*time.Second, serves(in, "192.0.2.1"))
+	Eventually(t, 10*time.Second, w.connsAtMost(1))
+	addr, _ := w.change()
+	Eventually(t, 10*time.Second, serves(in, addr))
+
+	start := time.Now()
+	if err := s.Restart(corefile(7)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Corefile reload of the follower took %v", time.Since(start).Round(time.Millisecond))
+	if err := serves(in, addr)(); err != nil {
+		t.Fatalf("right after the reload: %v", err)
+	}
+	addr, at := w.change()
+	took := latest(servedAt(t, in, addr, 10*time.Second)).Sub(at)
+	t.Logf("a change made after the reload served within %v", took)
+	if took >= relayLeaseTTL {
+		// The new instance waited for the lease to expire.
+		t.Errorf("a change after the reload took %v: the old instance kept the registry lease", took)
+	}
+	Eventually(t, 10*time.Second, func() error {
+		m, err := Exchange("udp", s.UDP, relayName, dns.TypeA)
+		if err != nil {
+			return err
+		}
+		if len(m.Answer) == 0 || m.Answer[0].Header().Ttl != 7 {
+			return fmt.Errorf("answer %v: want the new instance's TTL 7", m.Answer)
+		}
+		return nil
+	})
+	Eventually(t, 10*time.Second, func() error {
+		n, err := w.fleetConns()
+		if err == nil && n != 1 {
+			err = fmt.Errorf("%d registry sessions after the reload, want 1", n)
+		}
+		return err
+	})
+}
