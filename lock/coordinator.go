@@ -158,10 +158,16 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
 	sub.OnResync = func(_ int, err error) { c.observe(func(o Observer) { o.Resync(err) }) }
 	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
-	sub.Accept = func(key string, b []byte) bool {
-		if _, err := decode(key, b, cfg.Secret); err != nil {
+	sub.Accept = func(key string, v int64, b []byte) bool {
+		st, err := decode(key, b, cfg.Secret)
+		if err != nil {
 			c.observe(func(o Observer) { o.Message("rejected") })
 			c.logf("status of %q dropped: %v", key, err)
+			return false
+		}
+		if c.replay(key, v, st) {
+			c.observe(func(o Observer) { o.Message("stale") })
+			c.logf("status of %q dropped: version %d of a status of %s written at %s, not newer than the one applied", key, v, st.Holder, time.UnixMicro(st.At).UTC().Format(time.RFC3339Nano))
 			return false
 		}
 		return true
@@ -346,9 +352,22 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 // counts as a replay.
 func (c *Coordinator) replayed(st, r status) bool {
 	if st.Holder == r.Holder {
-		return st.At < r.At
+		// Each write of a holder is at a later time: one at the same time
+		// is the same status again, whatever its version.
+		return st.At <= r.At
 	}
 	return st.At < r.At-c.ttl.Microseconds()
+}
+
+// replay reports whether st, offered with version v, is a status applied
+// already or an older one come back with a newer version (the version is
+// Redis's, not signed): its version must not count, or the holder's next
+// statuses, with the real versions, would be dropped as stale.
+func (c *Coordinator) replay(key string, v int64, st status) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, had := c.remote[key]
+	return had && v > r.version && c.replayed(st, r.status)
 }
 
 // signal tells Run's view loop to make a new View. c.mu is held.

@@ -32,10 +32,11 @@ type Subscriber struct {
 	// of resyncs): a receiver that tells the two apart, to time how long a
 	// status took to arrive for instance.
 	Live func(key string, version int64, status []byte)
-	// Accept, when set, vets each status before its version counts: one it
-	// refuses is dropped without raising the key's last version, so that a
-	// forged status with a huge version cannot make the real ones stale.
-	Accept func(key string, status []byte) bool
+	// Accept, when set, vets each status and its version before the
+	// version counts: one it refuses is dropped without raising the key's
+	// last version, so that a forged status, or a replayed one, with a
+	// huge version cannot make the real ones stale.
+	Accept func(key string, version int64, status []byte) bool
 	// OnStale, when set, is told of each published message dropped because
 	// its version is not above the key's last one.
 	OnStale func(key string)
@@ -184,7 +185,7 @@ func (s *Subscriber) offer(key string, v int64, status []byte, apply func(string
 	if v <= s.last[key] {
 		return
 	}
-	if s.Accept != nil && !s.Accept(key, status) {
+	if s.Accept != nil && !s.Accept(key, v, status) {
 		return
 	}
 	s.last[key] = v

@@ -1,0 +1,52 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// The version of a status message is Redis's, not signed: the holder's
+// current status, signed and valid, republished by someone without the
+// secret with a version far above any real one, must not hold back the
+// holder's next statuses (which carry the real, lower versions): the
+// receiver still follows the backend going down.
+func TestCoordinatorReplayedVersion(t *testing.T) {
+	srv := redistest.Start(t)
+	secret := []byte("0123456789abcdef-fleet")
+	b := newBackend(t)
+	targets := []health.Target{{Key: "c/a", Addr: b.addr}}
+	obs := [2]*counter{{messages: map[string]int{}}, {messages: map[string]int{}}}
+	var ins []*instance
+	for i := range 2 {
+		ins = append(ins, startInstance(t, newClient(t, srv), targets, func(c *Config) {
+			c.Secret, c.Observer, c.Resync = secret, obs[i], time.Hour
+		}))
+	}
+	eventually(t, 10*time.Second, "one instance holds the lease, both see the backend up", func() bool {
+		total, _ := totalHeld(ins)
+		return total == 1 && allState(ins, targets, health.Up)()
+	})
+	rx := 0
+	if len(ins[0].coord.Held()) == 1 {
+		rx = 1
+	}
+	raw := srv.Client(t)
+	ctx := context.Background()
+	stored, err := raw.HGet(ctx, statusKey("fleet:", "c/a"), "s").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := obs[rx].count("applied") + obs[rx].count("stale")
+	huge := time.Now().UnixMicro() * 4
+	if err := raw.Publish(ctx, channel("fleet:"), fmt.Sprintf("%d %d %s%s", huge, len("c/a"), "c/a", stored)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the replay received", func() bool { return obs[rx].count("applied")+obs[rx].count("stale") > before })
+	b.ln.Close()
+	eventually(t, 5*time.Second, "the receiver applies the holder's down verdict after the replay", func() bool { return ins[rx].state("c/a") == health.Down })
+}
