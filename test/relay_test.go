@@ -416,7 +416,7 @@ func runRelay(t testing.TB, w *relayWorld, changes int, report func(string, ...a
 
 	// 6. A forged copy written straight into Redis: no answer moves, every
 	// reader counts it.
-	addr = w.forge(ins, addr)
+	addr = w.forge(ins, addr, report)
 
 	// 4. PostgreSQL stopped: a new instance answers the last zone from
 	// Redis; PostgreSQL back: changes flow again, to it too.
@@ -467,7 +467,7 @@ func runRelay(t testing.TB, w *relayWorld, changes int, report func(string, ...a
 // forge writes into Redis, without the secret, a copy that moves
 // relayName elsewhere, and checks that no instance moves and every reader
 // counts the copy rejected; then that a change flows again.
-func (w *relayWorld) forge(ins []*Instance, addr string) string {
+func (w *relayWorld) forge(ins []*Instance, addr string, report func(string, ...any)) string {
 	t := w.t
 	t.Helper()
 	rejected := func(in *Instance) float64 {
@@ -506,6 +506,8 @@ func (w *relayWorld) forge(ins []*Instance, addr string) string {
 	if err := serves(ins, addr)(); err != nil {
 		t.Fatalf("after a forged copy: %v", err)
 	}
+	report("relay: a forged copy (unsigned head, version %s) counted rejected by all %d readers; every instance still answers %s",
+		next, len(ins)-1, addr)
 	// The follower writes above it; every instance follows again.
 	next2, _ := w.change()
 	servedAt(t, ins, next2, 10*time.Second)
