@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,9 @@ type zmMessage struct {
 // inside a network namespace the test makes (a root server there
 // delegates the zone: no query can leave the machine), and fails on any
 // ERROR or WARNING but those of the set-up's own addresses (zmAllowed).
-// The report, NOTICE and above, is logged (go test -v) for the closing note.
+// It runs twice: unsigned, and signed by the dnssec plugin with the DS in
+// the parent (then Zonemaster's DNSSEC tests must find it signed). The
+// report, NOTICE and above, is logged (go test -v) for the closing note.
 func TestZonemaster(t *testing.T) {
 	zm, err := exec.LookPath("zonemaster-cli")
 	if err != nil {
@@ -62,11 +65,27 @@ func TestZonemaster(t *testing.T) {
 	pg.MustExec(t, `INSERT INTO pgcluster_nodes(cluster, name, address, role) VALUES
 		('local', 'pg1', '192.0.2.11', 'primary'), ('local', 'pg2', '2001:db8::12', 'standby');
 		INSERT INTO pgcluster_aliases(alias, target) VALUES ('prod', 'local')`)
+	for _, signed := range []bool{false, true} {
+		name := map[bool]string{false: "unsigned", true: "signed"}[signed]
+		t.Run(name, func(t *testing.T) { zonemaster(t, zm, pg, signed) })
+	}
+}
+
+// zonemaster runs zonemaster-cli against two instances (signed by the
+// dnssec plugin, the parent holding the DS, when signed) in a network
+// namespace of their own, and reports as TestZonemaster says.
+func zonemaster(t *testing.T, zm string, pg *pgtest.Postgres, signed bool) {
 	n := newNetns(t, zmRoot4+"/32", zmNS14+"/32", zmNS24+"/32", zmRoot6+"/128", zmNS16+"/128", zmNS26+"/128")
 
 	dir := t.TempDir()
 	glue := fmt.Sprintf("ns1.%[1]s 3600 IN A %[2]s\nns1.%[1]s 3600 IN AAAA %[3]s\nns2.%[1]s 3600 IN A %[4]s\nns2.%[1]s 3600 IN AAAA %[5]s\n",
 		Zone, zmNS14, zmNS16, zmNS24, zmNS26)
+	sign := ""
+	if signed {
+		base, ds := signingKey(t, dir)
+		glue += ds.String() + "\n"
+		sign = fmt.Sprintf(" dnssec {\n  key file %s\n }\n", base)
+	}
 	root := fmt.Sprintf(`. 86400 IN SOA a.root-servers.test. hostmaster.root-servers.test. 1 14400 3600 1209600 3600
 . 86400 IN NS a.root-servers.test.
 a.root-servers.test. 86400 IN A %s
@@ -88,8 +107,8 @@ a.root-servers.test. 86400 IN AAAA %s
 	// the host's loopback, but a socket file is reached by its path.
 	dsn := fmt.Sprintf("postgres://postgres@/postgres?host=%s&port=%d&sslmode=disable", pg.Dir, pg.Port)
 	fleet := func(v4, v6 string) string {
-		return fmt.Sprintf("%s:53 {\n bind %s %s\n pgcluster {\n  postgres %s\n  ns ns1.%s %s %s\n  ns ns2.%s %s %s\n }\n}\n",
-			Zone, v4, v6, dsn, Zone, zmNS14, zmNS16, Zone, zmNS24, zmNS26)
+		return fmt.Sprintf("%s:53 {\n bind %s %s\n%s pgcluster {\n  postgres %s\n  ns ns1.%s %s %s\n  ns ns2.%s %s %s\n }\n}\n",
+			Zone, v4, v6, sign, dsn, Zone, zmNS14, zmNS16, Zone, zmNS24, zmNS26)
 	}
 	n.coreDNS("instance ns1", fleet(zmNS14, zmNS16), "@"+zmNS14, Zone, "SOA")
 	n.coreDNS("instance ns2", fleet(zmNS24, zmNS26), "@"+zmNS24, Zone, "SOA")
@@ -111,6 +130,9 @@ a.root-servers.test. 86400 IN AAAA %s
 		}
 		r := fmt.Sprintf("%-8s %-12s %-14s %s: %s", m.Level, m.Module, m.Testcase, m.Tag, m.Message)
 		report = append(report, r)
+		if signed && (m.Tag == "NOT_SIGNED" || m.Tag == "NEITHER_DNSKEY_NOR_DS") {
+			bad = append(bad, r+" (the zone is served signed, its DS in the parent)")
+		}
 		switch m.Level {
 		case "WARNING", "ERROR", "CRITICAL":
 			if why, ok := zmAllowed[m.Tag]; ok {
@@ -141,31 +163,46 @@ func (b byLevel) Less(i, j int) bool {
 
 // alignSerials makes the two instances' SOA serials equal, as Zonemaster
 // requires (MULTIPLE_SOA_SERIALS). Without the registry relay, each
-// instance's serial is the time it loaded a change, in seconds: two
-// instances started apart differ until a change reaches both within one
-// second. The test makes changes until one does.
+// instance's serial is the second it loaded a change, or one more than its
+// last serial when that is not behind: two instances started apart differ
+// until a change reaches both within one second past both serials. The
+// test waits for such a second to begin and makes a change, until the
+// serials agree.
 func alignSerials(t *testing.T, n *netns, pg *pgtest.Postgres) {
 	t.Helper()
-	serial := func(addr string) string {
+	serial := func(addr string) int64 {
 		out := strings.Fields(n.run("dig", "+time=1", "+tries=1", "+short", "@"+addr, Zone, "SOA"))
 		if len(out) < 3 {
 			t.Fatalf("SOA from %s: %v", addr, out)
 		}
-		return out[2]
+		v, err := strconv.ParseInt(out[2], 10, 64)
+		if err != nil {
+			t.Fatalf("SOA from %s: %v", addr, out)
+		}
+		return v
 	}
 	for i := 0; ; i++ {
 		a, b := serial(zmNS14), serial(zmNS24)
 		if a == b {
-			t.Logf("serials equal (%s) after %d registry changes", a, i)
+			t.Logf("serials equal (%d) after %d registry changes", a, i)
 			return
 		}
-		if i == 10 {
-			t.Fatalf("the instances' serials still differ after %d changes: %s and %s", i, a, b)
+		if i == 5 {
+			t.Fatalf("the instances' serials still differ after %d changes: %d and %d", i, a, b)
+		}
+		// Both instances take the clock's second as serial only once it is
+		// past both serials; start early in that second.
+		next := time.Unix(max(a, b)+1, 0).Add(20 * time.Millisecond)
+		if d := time.Until(next); d > 0 {
+			if d > 30*time.Second {
+				t.Fatalf("serials %d and %d are far ahead of the clock", a, b)
+			}
+			time.Sleep(d)
 		}
 		pg.MustExec(t, fmt.Sprintf(`UPDATE pgcluster_nodes SET port = %d WHERE name = 'pg2'`, 5433+i))
 		Eventually(t, 5*time.Second, func() error {
 			if a2, b2 := serial(zmNS14), serial(zmNS24); a2 == a || b2 == b {
-				return fmt.Errorf("serials %s and %s: not both changed", a2, b2)
+				return fmt.Errorf("serials %d and %d: not both changed", a2, b2)
 			}
 			return nil
 		})
