@@ -1,13 +1,20 @@
 package pgcluster
 
 import (
+	"context"
 	"errors"
+	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/coredns/caddy"
 	"github.com/coredns/coredns/plugin"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+
+	"github.com/miekg/dns"
 )
 
 // FuzzSetup parses arbitrary pgcluster stanzas as CoreDNS does at start-up
@@ -137,6 +144,7 @@ func checkSettings(t *testing.T, p *PgCluster, cfg *settings) {
 	if cfg.maxLag < 0 || cfg.maxLag > 0 && cfg.check != checkPostgres {
 		t.Fatalf("max_lag %d with check %q", cfg.maxLag, cfg.check)
 	}
+	checkApex(t, p, cfg)
 	if cfg.redisURL == "" {
 		if cfg.redisPrefix != "" || cfg.redisSecret != nil {
 			t.Fatalf("redis_prefix %q or a redis_secret without redis", cfg.redisPrefix)
@@ -155,6 +163,76 @@ func checkSettings(t *testing.T, p *PgCluster, cfg *settings) {
 	if cfg.redisSecret != nil && len(cfg.redisSecret) < minRedisSecret {
 		t.Fatalf("redis_secret of %d bytes", len(cfg.redisSecret))
 	}
+}
+
+// checkApex fails t unless the ns and soa options of cfg, a parsed stanza,
+// are within their bounds and its zones' apexes answer: SOA, NS and the
+// addresses of each name server inside a zone, without SERVFAIL, in
+// replies that pack.
+func checkApex(t *testing.T, p *PgCluster, cfg *settings) {
+	t.Helper()
+	if o := cfg.soa; o != (soaTimers{}) {
+		for _, v := range []uint32{o.refresh, o.retry, o.expire, o.negative} {
+			if v < 1 || v > maxSOATimer {
+				t.Fatalf("soa %+v: a timer out of 1..2^31-1", o)
+			}
+		}
+		if o.negative > maxNegativeTTL || o.retry >= o.refresh || o.expire <= o.refresh+o.retry {
+			t.Fatalf("soa %+v", o)
+		}
+	}
+	seen := map[string]bool{}
+	var questions []dns.Question
+	for _, z := range cfg.zones {
+		questions = append(questions, dns.Question{Name: z, Qtype: dns.TypeSOA}, dns.Question{Name: z, Qtype: dns.TypeNS})
+	}
+	for _, ns := range cfg.ns {
+		if ns.name != strings.ToLower(dns.Fqdn(ns.name)) || badDomain(ns.name) != "" || seen[ns.name] {
+			t.Fatalf("ns %q: not a normalized name, or given twice", ns.name)
+		}
+		seen[ns.name] = true
+		in := cfg.inZone(ns.name)
+		if slices.Contains(cfg.zones, ns.name) || (in != "") != (len(ns.addrs) > 0) {
+			t.Fatalf("ns %q %v in zones %v: an apex, or addresses where none are answered", ns.name, ns.addrs, cfg.zones)
+		}
+		for _, a := range ns.addrs {
+			if !a.IsValid() || a.Zone() != "" || a.IsUnspecified() || a.IsMulticast() || a.Is4In6() {
+				t.Fatalf("ns %q: address %v", ns.name, a)
+			}
+		}
+		if in != "" {
+			questions = append(questions, dns.Question{Name: ns.name, Qtype: dns.TypeA}, dns.Question{Name: ns.name, Qtype: dns.TypeAAAA})
+		}
+	}
+	s := build(buildInput{settings: cfg, nodes: testNodes(), aliases: testAliases})
+	s.setSerial(1, cfg.ttl)
+	h := &PgCluster{Zones: p.Zones, ttl: p.ttl, Next: test.ErrorHandler()}
+	h.snap.Store(s)
+	for _, q := range questions {
+		m := new(dns.Msg)
+		m.SetQuestion(q.Name, q.Qtype)
+		rec := dnstest.NewRecorder(&test.ResponseWriter{})
+		rcode, _ := h.ServeDNS(context.Background(), rec, m)
+		if rcode == dns.RcodeServerFailure || rec.Msg == nil || rec.Msg.Rcode != dns.RcodeSuccess {
+			t.Fatalf("%s %s: rcode %d, reply %v", q.Name, dns.TypeToString[q.Qtype], rcode, rec.Msg)
+		}
+		if _, err := rec.Msg.Pack(); err != nil {
+			t.Fatalf("%s %s: the reply does not pack: %v", q.Name, dns.TypeToString[q.Qtype], err)
+		}
+		if q.Qtype != dns.TypeAAAA && len(rec.Msg.Answer) == 0 && (q.Qtype != dns.TypeA || hasV4(cfg, q.Name)) {
+			t.Fatalf("%s %s: no answer\n%v", q.Name, dns.TypeToString[q.Qtype], rec.Msg)
+		}
+	}
+}
+
+// hasV4 reports whether the name server name of cfg has an IPv4 address.
+func hasV4(cfg *settings, name string) bool {
+	for _, ns := range cfg.ns {
+		if ns.name == name {
+			return slices.ContainsFunc(ns.addrs, func(a netip.Addr) bool { return a.Is4() })
+		}
+	}
+	return false
 }
 
 // max_lag without any check was accepted and did nothing (found by
