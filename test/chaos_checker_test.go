@@ -287,3 +287,59 @@ func latencyQuantile(obs []chaosObs, q float64) time.Duration {
 	}
 	return ds[int(q*float64(len(ds)-1))]
 }
+
+// chaosStallTick is the period of the stall meter, and chaosStall how
+// late one of its ticks must be to count as a stall of the host.
+const (
+	chaosStallTick = 10 * time.Millisecond
+	chaosStall     = 200 * time.Millisecond
+)
+
+// stallMeter measures how late a timer of the test process fires: when
+// the host is so loaded that this process is not scheduled, queries time
+// out for the same reason, whatever the instances do.
+type stallMeter struct {
+	mu     sync.Mutex
+	stalls []chaosStallAt
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+// chaosStallAt is a tick late by more than chaosStall.
+type chaosStallAt struct {
+	at   time.Time // when it was due
+	late time.Duration
+}
+
+func startStallMeter() *stallMeter {
+	m := &stallMeter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(chaosStallTick)
+		defer t.Stop()
+		due := time.Now().Add(chaosStallTick)
+		for {
+			select {
+			case <-m.stop:
+				return
+			case now := <-t.C:
+				if late := now.Sub(due); late > chaosStall {
+					m.mu.Lock()
+					m.stalls = append(m.stalls, chaosStallAt{due, late})
+					m.mu.Unlock()
+				}
+				due = now.Add(chaosStallTick)
+			}
+		}
+	}()
+	return m
+}
+
+// end stops the meter and returns the stalls, in time order.
+func (m *stallMeter) end() []chaosStallAt {
+	close(m.stop)
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.stalls)
+}

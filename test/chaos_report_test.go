@@ -1,6 +1,7 @@
 package test
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,7 +12,7 @@ import (
 // report judges the checker's answers, prints the chaos run's report and
 // fails the test past the limits: any SERVFAIL, any wrong answer, any
 // other error, timeouts over chaosMaxTimeouts percent of all queries.
-func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, perf []dnsperfReport) {
+func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, perf []dnsperfReport, stalls []chaosStallAt) {
 	obs := r.checker.all()
 	v := judgeChaos(obs, r.local, r.roles, chaosBudget)
 	down, swap := propagation(obs, r.local, r.roles)
@@ -49,6 +50,16 @@ func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, pe
 	share := 100 * float64(timeouts) / float64(max(total, 1))
 	p("queries: %d (dnsperf %d, checker %d); SERVFAIL %d; timeouts %d = %.4f%% (limit %.2f%%)",
 		total, dnsTotal, v.total, dnsServfail+v.servfail, timeouts, share, chaosMaxTimeouts)
+	var stalled time.Duration
+	for _, s := range stalls {
+		stalled = max(stalled, s.late)
+	}
+	p("host stalls (a %v timer of the test process late by over %v: the host too loaded to run it): %d, the longest %v; the longest:",
+		chaosStallTick, chaosStall, len(stalls), stalled.Round(time.Millisecond))
+	longest := slices.SortedFunc(slices.Values(stalls), func(a, b chaosStallAt) int { return cmp.Compare(b.late, a.late) })
+	for _, s := range longest[:min(len(longest), chaosExamples)] {
+		p("  %s late by %v", s.at.Format("15:04:05.000"), s.late.Round(time.Millisecond))
+	}
 	p("backend down → gone from an instance's answers (last answer holding it): median %v, max %v over %d",
 		quantile(down, 0.5), quantile(down, 1), len(down))
 	p("role swap COMMIT → old primary gone from primary.: median %v, max %v over %d",

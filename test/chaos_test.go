@@ -84,6 +84,7 @@ func TestChaos(t *testing.T) {
 		t.Fatalf("dnsperf is missing (the setup script installs it: apt-get install -y dnsperf): %v", err)
 	}
 	r := newChaosRun(t)
+	stalls := startStallMeter()
 	began := time.Now()
 	for _, slot := range []int{0, 1, 2} {
 		r.watch(slot)
@@ -124,7 +125,7 @@ func TestChaos(t *testing.T) {
 	for _, d := range perf {
 		reports = append(reports, d.stop(t))
 	}
-	r.report(time.Since(began), done, flaps, reports)
+	r.report(time.Since(began), done, flaps, reports, stalls.end())
 }
 
 // chaosDuration reads CHAOS_DURATION.
