@@ -471,7 +471,7 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 		apex.apex.soa = &dns.SOA{
 			Hdr:     hdr(z, dns.TypeSOA, t.negative),
 			Ns:      apex.apex.ns[0].(*dns.NS).Ns,
-			Mbox:    "hostmaster." + z,
+			Mbox:    under("hostmaster", z),
 			Serial:  serial,
 			Refresh: t.refresh,
 			Retry:   t.retry,

@@ -122,11 +122,10 @@ func (c *RegistryCopy) DecodeHead(raw string) (CopyHead, error) {
 		if !ok {
 			return h, errCopyBadSig
 		}
-		if len(c.secret) > 0 {
-			got, err := hex.DecodeString(sig)
-			if err != nil || !hmac.Equal(got, mac(c.secret, headKey, []byte(j))) {
-				return h, errCopyBadSig
-			}
+		// Exactly as encodeHead writes it (lowercase hex): one signed head
+		// has one spelling, as for a status (decode).
+		if len(c.secret) > 0 && !hmac.Equal([]byte(sig), hex.AppendEncode(nil, mac(c.secret, headKey, []byte(j)))) {
+			return h, errCopyBadSig
 		}
 		body = j
 	} else if len(c.secret) > 0 {

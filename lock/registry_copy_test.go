@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -288,5 +289,38 @@ func TestRegistryCopyWatch(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Watch returned %v", err)
+	}
+}
+
+// A signed head is accepted only as encodeHead spells it: its signature's
+// hex in upper case, or any byte of it changed, is refused, and so is an
+// unsigned head or one signed with another secret.
+func TestRegistryCopyHeadSpelling(t *testing.T) {
+	c := &RegistryCopy{secret: []byte("0123456789abcdef0123")}
+	h := CopyHead{Term: 1, Version: 7, Prev: 6, Digest: strings.Repeat("ab", 32), Fields: 3}
+	raw := c.encodeHead(h)
+	if got, err := c.DecodeHead(raw); err != nil || got != h {
+		t.Fatalf("the head as written: %+v %v", got, err)
+	}
+	sig, body, _ := strings.Cut(strings.TrimPrefix(raw, sigPrefix), " ")
+	if strings.ToUpper(sig) == sig {
+		t.Fatalf("signature %q has no letter to spell in upper case", sig)
+	}
+	bad := map[string]string{
+		"upper-case hex":  sigPrefix + strings.ToUpper(sig) + " " + body,
+		"unsigned":        body,
+		"no body":         sigPrefix + sig,
+		"other secret":    (&RegistryCopy{secret: []byte("another secret, as long")}).encodeHead(h),
+		"signature short": sigPrefix + sig[:len(sig)-2] + " " + body,
+	}
+	for i := range len(raw) {
+		b := []byte(raw)
+		b[i] ^= 1
+		bad[fmt.Sprintf("byte %d changed", i)] = string(b)
+	}
+	for what, r := range bad {
+		if got, err := c.DecodeHead(r); err == nil {
+			t.Errorf("%s: accepted as %+v", what, got)
+		}
 	}
 }
