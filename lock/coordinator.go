@@ -234,6 +234,12 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.probes(t.Key, t.Addr) {
+		// A live holder's status covers t: what this instance found
+		// before (in local mode, or before the holder's status came) is
+		// older than the holder's, and must not come back into the View
+		// when the holder goes, before this instance's own next probe.
+		// (The View does not change: it already takes the holder's.)
+		delete(c.own, t.Key)
 		return false, health.Progress{}
 	}
 	if r, ok := c.remote[t.Key]; ok && r.Addr == t.Addr {
