@@ -65,9 +65,17 @@ func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, pe
 	p("role swap COMMIT → old primary gone from primary.: median %v, max %v over %d",
 		quantile(swap, 0.5), quantile(swap, 1), len(swap))
 	for _, w := range r.windows {
-		p("%-16s noticed by the first instance after %v, by every instance after %v; slowest checker answer meanwhile %v (from %s, for %v)",
+		p("%-20s noticed by the first instance after %v, by every instance after %v; slowest checker answer meanwhile %v (from %s, for %v)",
 			w.what, w.noticed.first.Round(time.Millisecond), w.noticed.all.Round(time.Millisecond), slowestIn(obs, w.from, w.to).Round(time.Microsecond),
 			w.from.Format("15:04:05.000"), w.to.Sub(w.from).Round(time.Millisecond))
+		if f := w.failover; f != nil {
+			p("  %s: standby promoted %v after the stop (once every instance noticed it); registry_up 1 again on the first instance %v after the promotion, on every instance after %v; a role swap committed on the new primary answered by every instance %v after its COMMIT",
+				w.what, f.promoted.Round(time.Millisecond), f.up.first.Round(time.Millisecond), f.up.all.Round(time.Millisecond), f.answered.Round(time.Millisecond))
+		}
+	}
+	if up, answered := failovers(r.windows); len(up) > 0 {
+		p("registry fail-over: promotion → registry_up 1 on every instance: median %v, max %v; COMMIT on the new primary → answered by every instance: median %v, max %v; over %d",
+			quantile(up, 0.5), quantile(up, 1), quantile(answered, 0.5), quantile(answered, 1), len(up))
 	}
 	p("timeline:")
 	for _, e := range r.timeline {
@@ -104,4 +112,20 @@ func quantile(ds []time.Duration, q float64) time.Duration {
 		return 0
 	}
 	return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond)
+}
+
+// failovers returns, sorted, how long each registry fail-over of windows
+// took from the promotion until every instance's registry_up was 1, and
+// from a change committed on the new primary until every instance
+// answered it.
+func failovers(windows []chaosWindow) (up, answered []time.Duration) {
+	for _, w := range windows {
+		if f := w.failover; f != nil {
+			up = append(up, f.up.all)
+			answered = append(answered, f.answered)
+		}
+	}
+	slices.Sort(up)
+	slices.Sort(answered)
+	return up, answered
 }

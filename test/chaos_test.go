@@ -67,16 +67,20 @@ const (
 // flap, one of each pair down at a time, and a script, in turn, stops and
 // starts Redis, freezes it (SIGSTOP) and resumes it, swaps the roles of
 // cluster pgc in the registry, restarts PostgreSQL, freezes and resumes it,
-// SIGKILLs an instance and starts it again, and reloads another's changed
-// Corefile (SIGUSR1). A checker asks every instance for local., primary.pgc.
-// and standby.pgc. about 33 times a second each. It fails on any SERVFAIL,
-// any wrong answer (an address whose backend had been down longer than
-// chaosBudget, a backend up that long left out, a primary. or standby.
-// answer naming a node that had not held that role within chaosBudget),
-// and on timeouts over 0.01% of all queries, dnsperf's and the checker's.
-// The report gives the counts, how long changes took to leave the answers,
-// and how long a frozen Redis and a frozen registry took to be noticed,
-// with the slowest answer meanwhile.
+// fails the registry over to its streaming standby (the fleet's DSN names
+// both, with target_session_attrs=read-write: the primary is stopped at
+// once, the standby promoted, a new standby made in the old primary's
+// place), SIGKILLs an instance and starts it again, and reloads another's
+// changed Corefile (SIGUSR1). A checker asks every instance for local.,
+// primary.pgc. and standby.pgc. about 33 times a second each. It fails on
+// any SERVFAIL, any wrong answer (an address whose backend had been down
+// longer than chaosBudget, a backend up that long left out, a primary. or
+// standby. answer naming a node that had not held that role within
+// chaosBudget), and on timeouts over 0.01% of all queries, dnsperf's and
+// the checker's. The report gives the counts, how long changes took to
+// leave the answers, how long a frozen Redis and a frozen registry took to
+// be noticed, with the slowest answer meanwhile, and how long the fleet
+// took to follow each registry fail-over.
 func TestChaos(t *testing.T) {
 	duration := chaosDuration(t)
 	bin, err := exec.LookPath(dnsperfPath)
@@ -101,6 +105,7 @@ func TestChaos(t *testing.T) {
 		{"roles swapped", r.swap},
 		{"PostgreSQL stopped and started", r.pgRestart},
 		{"PostgreSQL frozen and resumed", r.pgFreeze},
+		{"registry failed over", r.failover},
 		{"instance SIGKILLed and started", r.kill},
 		{"Corefile reloaded", r.reload},
 		{"roles swapped", r.swap},
@@ -145,7 +150,8 @@ func chaosDuration(t *testing.T) time.Duration {
 // chaosRun is the fleet under chaos and what the script measured.
 type chaosRun struct {
 	t        *testing.T
-	pg       *pgtest.Postgres
+	pg       *pgtest.Postgres // the registry's primary
+	standby  *pgtest.Postgres // its streaming standby (nil while remade)
 	rs       *redistest.Server
 	local    []*chaosBackend
 	roles    *chaosRoles
@@ -169,19 +175,23 @@ func (r *chaosRun) event(format string, args ...any) {
 }
 
 // chaosWindow is a fault: noticed is how long the fleet took to notice
-// it, first by the first instance, all by every one.
+// it, first by the first instance, all by every one; failover, for a
+// registry fail-over, how long it took to follow it.
 type chaosWindow struct {
 	what     string
 	from, to time.Time
 	noticed  chaosNoticed
+	failover *chaosFailover
 }
 
 type chaosNoticed struct{ first, all time.Duration }
 
-// newChaosRun starts Redis, the registry with its rows, the backends and
-// three instances, and waits until they share the checks of all six.
+// newChaosRun starts Redis, the registry (a primary with its rows and a
+// standby), the backends and three instances, and waits until they share
+// the checks of all six.
 func newChaosRun(t *testing.T) *chaosRun {
-	r := &chaosRun{t: t, rs: redistest.Start(t), pg: Registry(t), checker: &chaosChecker{}, ttl: chaosTTL}
+	r := &chaosRun{t: t, rs: redistest.Start(t), checker: &chaosChecker{}, ttl: chaosTTL}
+	r.startRegistry()
 	var rows []string
 	for i, h := range chaosLocalHosts {
 		b := r.backend(h)
@@ -195,7 +205,7 @@ func newChaosRun(t *testing.T) *chaosRun {
 	}
 	r.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
 	r.roles = newChaosRoles(chaosRoleHosts)
-	r.corefile = chaosCorefile(r.pg.DSN(""), r.rs.URL())
+	r.corefile = chaosCorefile(r.registryDSN(), r.rs.URL())
 	r.ins = startInstances(t, r.corefile, 3)
 	r.stops = make([]func(), 3)
 	Eventually(t, chaosStepTimeout, coordinated(t, r.ins, r.targets()))
@@ -215,13 +225,13 @@ func (r *chaosRun) backend(host string) *chaosBackend {
 func (r *chaosRun) targets() int { return len(chaosLocalHosts) + len(chaosRoleHosts) }
 
 // chaosCorefile is the fleet's Corefile: checks every chaosInterval,
-// shared through Redis.
+// shared through Redis; dsn is quoted (a key=value DSN has spaces).
 func chaosCorefile(dsn, redisURL string) string {
 	return fmt.Sprintf(`%s:%s {
  bind 127.0.0.1
  prometheus 127.0.0.1:%s
  pgcluster {
-  postgres %s
+  postgres %q
   allow_loopback
   ttl %d
   check tcp
@@ -310,7 +320,7 @@ func (r *chaosRun) redisRestart() {
 	if err := r.rs.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	r.windows = append(r.windows, chaosWindow{"Redis stopped", from, time.Now(), noticed})
+	r.windows = append(r.windows, chaosWindow{what: "Redis stopped", from: from, to: time.Now(), noticed: noticed})
 	r.coordinated()
 }
 
@@ -324,7 +334,7 @@ func (r *chaosRun) redisFreeze() {
 	if err := r.rs.Thaw(); err != nil {
 		r.t.Fatal(err)
 	}
-	r.windows = append(r.windows, chaosWindow{"Redis frozen", from, time.Now(), noticed})
+	r.windows = append(r.windows, chaosWindow{what: "Redis frozen", from: from, to: time.Now(), noticed: noticed})
 	r.coordinated()
 }
 
@@ -335,7 +345,11 @@ func (r *chaosRun) redisFreeze() {
 // made while an instance is cut off, or that it had no time to read before
 // the registry froze, reaches it when it reconnects, after a backoff of up
 // to 5 s, not within the budget.
-func (r *chaosRun) swap() {
+func (r *chaosRun) swap() { r.swapAnswered() }
+
+// swapAnswered is swap; it returns how long after the swap's COMMIT every
+// instance answered the new primary.
+func (r *chaosRun) swapAnswered() time.Duration {
 	r.untilAll(time.Now(), registryUp, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -343,6 +357,7 @@ func (r *chaosRun) swap() {
 	if err != nil {
 		r.t.Fatal(err)
 	}
+	committed := time.Now()
 	Eventually(r.t, chaosStepTimeout, func() error {
 		for _, in := range r.ins {
 			m, err := Exchange("udp", in.Addr(), chaosPrimary, dns.TypeA)
@@ -355,6 +370,7 @@ func (r *chaosRun) swap() {
 		}
 		return nil
 	})
+	return time.Since(committed)
 }
 
 func (r *chaosRun) pgRestart() {
@@ -366,7 +382,7 @@ func (r *chaosRun) pgRestart() {
 	if err := r.pg.Start(); err != nil {
 		r.t.Fatal(err)
 	}
-	r.windows = append(r.windows, chaosWindow{"registry stopped", from, time.Now(), noticed})
+	r.windows = append(r.windows, chaosWindow{what: "registry stopped", from: from, to: time.Now(), noticed: noticed})
 	r.swap()
 }
 
@@ -376,7 +392,7 @@ func (r *chaosRun) pgFreeze() {
 	noticed := r.untilAll(from, registryUp, 0)
 	time.Sleep(time.Second) // frozen a while longer, answering from the snapshot
 	thaw(frozen)
-	r.windows = append(r.windows, chaosWindow{"registry frozen", from, time.Now(), noticed})
+	r.windows = append(r.windows, chaosWindow{what: "registry frozen", from: from, to: time.Now(), noticed: noticed})
 	r.swap()
 }
 
