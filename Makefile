@@ -1,7 +1,8 @@
 # pgcluster's commands. See README.md.
 #
 #   make build   bin/coredns, bin/pgclusterctl (and bin/pgdiscover once cmd/pgdiscover exists)
-#   make test    install what is missing, then vet, gofmt and every test
+#   make test    install what is missing, then vet, gofmt, every test, and
+#                TEST_FUZZTIME (3s) of each fuzz target
 #   make run     install what is missing, build, start the local demo
 #   make bench   the benchmarks
 #   make chaos   the fleet under load and faults (CHAOS_DURATION, default 120s)
@@ -25,6 +26,8 @@ CHAOS_DURATION ?= 120s
 FUZZTIME   ?= 5m
 FUZZPARALLEL ?= 2
 FUZZ       ?= .
+# make test: how long it fuzzes each target after the tests (seeds alone: 0).
+TEST_FUZZTIME ?= 3s
 PGDISCOVER := $(if $(wildcard cmd/pgdiscover/*.go),bin/pgdiscover)
 
 # make image: the image's name, and the directory its build context is
@@ -60,6 +63,7 @@ test: setup
 	$(GO) vet ./...
 	@$(MAKE) --no-print-directory fmt-check
 	$(GO) test -race -count=1 -p 2 -timeout 20m $(TESTFLAGS) ./...
+	@if [ "$(TEST_FUZZTIME)" != 0 ]; then $(MAKE) --no-print-directory fuzz FUZZ='$(FUZZ)' FUZZTIME=$(TEST_FUZZTIME); fi
 
 # The deployment tests (deploy/): also part of make test.
 test-build: setup
@@ -88,7 +92,8 @@ chaos: setup
 # Every fuzz target (a func FuzzX in a _test.go file) in turn, for FUZZTIME
 # each: a failure stops the run, its input written under the package's
 # testdata/fuzz/FuzzX/ (keep it there as a regression seed once fixed).
-# make test runs the seeds alone (plain go test does).
+# make test runs every seed (plain go test does), then each target for
+# TEST_FUZZTIME.
 fuzz:
 	@set -e; grep -rHoE --include='*_test.go' '^func Fuzz[A-Za-z0-9_]*' . | grep -vE '^./(bin|tmp)/' | \
 	sed -E 's|^(.*)/[^/]*:func (Fuzz.*)$$|\1 \2|' | grep -E " .*($(FUZZ))" | sort | \
