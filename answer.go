@@ -267,6 +267,51 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	}
 }
 
+// appendGlue appends to extra copies of as many of glue, the addresses of
+// the zone's name servers (A records first), as fit b after ns, the NS
+// set of zone. Glue is optional in an answer (RFC 9471 requires it only of
+// a referral), so what does not fit is left out, where CoreDNS's writer
+// (request.Scrub) would drop it and set TC.
+func appendGlue(extra []dns.RR, b *budget, zone string, ns, glue []dns.RR) []dns.RR {
+	for i, rr := range ns {
+		owner := pointerLen
+		if i == 0 {
+			owner = b.ownerLen(zone)
+		}
+		target := rr.(*dns.NS).Ns
+		if strings.HasSuffix(target, "."+b.zone) {
+			// Its labels before the zone's, then a pointer to the zone.
+			b.used += owner + rrFixedLen + len(target) - len(b.zone) + pointerLen
+		} else {
+			b.used += owner + rrFixedLen + nameLen(target)
+		}
+	}
+	for _, rr := range glue {
+		// Each glue record's owner is an NS record's target: a pointer.
+		// The copies hold their own addresses: nothing a writer does to
+		// the reply reaches the snapshot.
+		switch rr := rr.(type) {
+		case *dns.A:
+			if b.left() < pointerLen+rrFixedLen+net.IPv4len {
+				return extra
+			}
+			b.used += pointerLen + rrFixedLen + net.IPv4len
+			c := *rr
+			c.A = slices.Clone(rr.A)
+			extra = append(extra, &c)
+		case *dns.AAAA:
+			if b.left() < pointerLen+rrFixedLen+net.IPv6len {
+				return extra
+			}
+			b.used += pointerLen + rrFixedLen + net.IPv6len
+			c := *rr
+			c.AAAA = slices.Clone(rr.AAAA)
+			extra = append(extra, &c)
+		}
+	}
+	return extra
+}
+
 // copyRR returns a copy of rr that a writer may change.
 func copyRR[T any, PT interface {
 	*T

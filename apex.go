@@ -82,13 +82,14 @@ func (s *settings) inZone(name string) string {
 	return ""
 }
 
-// apexEntries makes zone's apex (its NS records; the SOA is set with the
-// serial) and the entries of the name servers' names inside it, as parts
+// apexEntries makes zone's apex (its NS records and their glue; the SOA is
+// set with the serial) and the entries of the name servers' names inside it, as parts
 // keyed like the others (see snapshot.find).
 func apexEntries(set *settings, zone string) map[string]*part {
 	servers := set.nameServers(zone)
 	apex := &entry{owner: zone, apex: &apexRecords{ns: make([]dns.RR, 0, len(servers))}}
 	parts := map[string]*part{zone: {names: map[string]*entry{"": apex}}}
+	var glueA, glueAAAA []dns.RR
 	for _, ns := range servers {
 		apex.apex.ns = append(apex.apex.ns, &dns.NS{Hdr: hdr(zone, dns.TypeNS, set.ttl), Ns: ns.name})
 		if set.inZone(ns.name) != zone {
@@ -105,6 +106,13 @@ func apexEntries(set *settings, zone string) map[string]*part {
 			e.add(a)
 		}
 		p.names[prefix] = e
+		for _, a := range ns.addrs {
+			if a.Is4() {
+				glueA = append(glueA, &dns.A{Hdr: hdr(ns.name, dns.TypeA, set.ttl), A: a.AsSlice()})
+			} else {
+				glueAAAA = append(glueAAAA, &dns.AAAA{Hdr: hdr(ns.name, dns.TypeAAAA, set.ttl), AAAA: a.AsSlice()})
+			}
+		}
 		for q := parentPrefix(prefix); q != ""; q = parentPrefix(q) {
 			if _, ok := p.names[q]; !ok {
 				p.names[q] = ent
@@ -114,6 +122,7 @@ func apexEntries(set *settings, zone string) map[string]*part {
 			p.names[""] = ent
 		}
 	}
+	apex.apex.glue = append(glueA, glueAAAA...)
 	return parts
 }
 

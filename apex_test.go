@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 	"testing"
@@ -161,6 +162,10 @@ func TestApexNameServers(t *testing.T) {
 			test.NS("pgcluster.lan. 5 IN NS ns1.pgcluster.lan."),
 			test.NS("pgcluster.lan. 5 IN NS a.ns2.pgcluster.lan."),
 			test.NS("pgcluster.lan. 5 IN NS dns.example.net."),
+		}, Extra: []dns.RR{ // glue: the in-zone name servers' addresses
+			test.A("a.ns2.pgcluster.lan. 5 IN A 192.0.2.54"),
+			test.A("ns1.pgcluster.lan. 5 IN A 192.0.2.53"),
+			test.AAAA("ns1.pgcluster.lan. 5 IN AAAA 2001:db8::53"),
 		}},
 		{Qname: "ns1.pgcluster.lan.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("ns1.pgcluster.lan. 5 IN A 192.0.2.53")}},
 		{Qname: "NS1.pgcluster.lan.", Qtype: dns.TypeAAAA, Answer: []dns.RR{test.AAAA("ns1.pgcluster.lan. 5 IN AAAA 2001:db8::53")}},
@@ -214,5 +219,44 @@ func TestApexDefault(t *testing.T) {
 	got := soaOf(t, p)
 	if got.Ns != "ns.pgcluster.lan." || got.Refresh != 14400 || got.Retry != 3600 || got.Expire != 1209600 || got.Minttl != 5 || got.Hdr.Ttl != 5 {
 		t.Errorf("SOA %v: want MNAME ns.pgcluster.lan., refresh 4h, retry 1h, expire 14 days, negative TTL the ttl", got)
+	}
+}
+
+// An NS answer carries the glue of the name servers inside the zone, as
+// much as fits the client's buffer: over UDP without EDNS (512 octets) ten
+// name servers, their A records and four of their AAAA records fit, and the
+// reply is neither cut by CoreDNS's writer nor marked truncated; with
+// EDNS0 4096 every address is there.
+func TestApexGlueFits(t *testing.T) {
+	var lines []string
+	for i := range 10 {
+		lines = append(lines, fmt.Sprintf("ns ns%d.pgcluster.lan 192.0.2.%d 2001:db8::%d", i, 50+i, 50+i))
+	}
+	p, _ := apexPlugin(t, nil, testNodes(), lines...)
+	for _, tc := range []struct {
+		size        uint16
+		a, aaaa     int
+		description string
+	}{
+		{0, 10, 4, "UDP, no EDNS"},
+		{4096, 10, 10, "UDP, EDNS0 4096"},
+	} {
+		wrote, got := serve(t, p, ask{name: testZone, qtype: dns.TypeNS, size: tc.size}, false)
+		if got.Truncated || len(got.Answer) != 10 || len(got.Extra) != len(wrote.Extra)+min(int(tc.size), 1) {
+			t.Errorf("%s: TC %t, %d NS, additional %d (pgcluster wrote %d): the writer cut the reply\n%v", tc.description, got.Truncated, len(got.Answer), len(got.Extra), len(wrote.Extra), got)
+			continue
+		}
+		var a, aaaa int
+		for _, rr := range got.Extra {
+			switch rr.(type) {
+			case *dns.A:
+				a++
+			case *dns.AAAA:
+				aaaa++
+			}
+		}
+		if a != tc.a || aaaa != tc.aaaa {
+			t.Errorf("%s: glue %d A and %d AAAA, want %d and %d\n%v", tc.description, a, aaaa, tc.a, tc.aaaa, got)
+		}
 	}
 }

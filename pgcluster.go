@@ -159,6 +159,7 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e
 	case dns.TypeNS:
 		if e.apex != nil {
 			m.Answer = appendCopies[dns.NS](m.Answer, e.apex.ns, 0, len(e.apex.ns))
+			m.Extra = appendGlue(m.Extra, b, e.owner, e.apex.ns, e.apex.glue)
 		}
 	case dns.TypeSOA:
 		if e.apex != nil && e.apex.soa != nil {

@@ -35,10 +35,12 @@ type entry struct {
 
 // apexRecords are the records only a zone's apex has: the NS set, the same
 // on every instance given the same ns options, and the SOA, whose MNAME is
-// the first of them.
+// the first of them. glue holds the addresses of the name servers inside
+// the zone, A records first, for the additional section of an NS answer.
 type apexRecords struct {
-	ns  []dns.RR
-	soa *dns.SOA
+	ns   []dns.RR
+	glue []dns.RR
+	soa  *dns.SOA
 }
 
 // ent is the entry of every empty non-terminal: it has nothing, so all share it.
@@ -467,7 +469,7 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	t := s.set.soa.orDefault(ttl)
 	for _, z := range s.set.zones {
 		apex := *s.parts[z].names[""]
-		apex.apex = &apexRecords{ns: apex.apex.ns}
+		apex.apex = &apexRecords{ns: apex.apex.ns, glue: apex.apex.glue}
 		apex.apex.soa = &dns.SOA{
 			Hdr:     hdr(z, dns.TypeSOA, t.negative),
 			Ns:      apex.apex.ns[0].(*dns.NS).Ns,

@@ -41,7 +41,10 @@ func TestApexSameOnEveryInstance(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		Zone + " NS":         "NOERROR aa\n" + Zone + " 5 IN NS ns1." + Zone + "\n" + Zone + " 5 IN NS ns2." + Zone + "\n" + Zone + " 5 IN NS dns.example.net.\n",
+		// The NS set, and in the additional section the addresses of the
+		// name servers inside the zone (glue; dns.example.net. is not ours).
+		Zone + " NS": "NOERROR aa\n" + Zone + " 5 IN NS ns1." + Zone + "\n" + Zone + " 5 IN NS ns2." + Zone + "\n" + Zone + " 5 IN NS dns.example.net.\n" +
+			"ns1." + Zone + " 5 IN A 192.0.2.53\n" + "ns2." + Zone + " 5 IN A 198.51.100.53\n" + "ns1." + Zone + " 5 IN AAAA 2001:db8::53\n",
 		"ns1." + Zone + " A": "NOERROR aa\nns1." + Zone + " 5 IN A 192.0.2.53\n",
 		"ns2." + Zone + " A": "NOERROR aa\nns2." + Zone + " 5 IN A 198.51.100.53\n",
 		Zone + " SOA":        "NOERROR aa\n" + Zone + " 30 IN SOA ns1." + Zone + " hostmaster." + Zone + " (serial) 14400 3600 1209600 30\n",
