@@ -287,27 +287,29 @@ func appendGlue(extra []dns.RR, b *budget, zone string, ns, glue []dns.RR) []dns
 		}
 	}
 	for _, rr := range glue {
-		// Each glue record's owner is an NS record's target: a pointer.
-		// The copies hold their own addresses: nothing a writer does to
-		// the reply reaches the snapshot.
+		// A copy that holds its own address, so that nothing a writer does
+		// to the reply reaches the snapshot.
+		var c dns.RR
+		var rdlen int
 		switch rr := rr.(type) {
 		case *dns.A:
-			if b.left() < pointerLen+rrFixedLen+net.IPv4len {
-				return extra
-			}
-			b.used += pointerLen + rrFixedLen + net.IPv4len
-			c := *rr
-			c.A = slices.Clone(rr.A)
-			extra = append(extra, &c)
+			a := *rr
+			a.A = slices.Clone(rr.A)
+			c, rdlen = &a, net.IPv4len
 		case *dns.AAAA:
-			if b.left() < pointerLen+rrFixedLen+net.IPv6len {
-				return extra
-			}
-			b.used += pointerLen + rrFixedLen + net.IPv6len
-			c := *rr
-			c.AAAA = slices.Clone(rr.AAAA)
-			extra = append(extra, &c)
+			a := *rr
+			a.AAAA = slices.Clone(rr.AAAA)
+			c, rdlen = &a, net.IPv6len
+		default:
+			continue
 		}
+		// Its owner is an NS record's target: a pointer.
+		size := pointerLen + rrFixedLen + rdlen
+		if b.left() < size {
+			break
+		}
+		b.used += size
+		extra = append(extra, c)
 	}
 	return extra
 }
