@@ -68,15 +68,22 @@ func (b *budget) left() int { return b.size - b.used }
 // each later one points to the previous target for its owner, and to the
 // zone's name, which the first target brought, for its target's end.
 func (b *budget) cname(rr *dns.CNAME, hop int) {
-	switch {
-	case hop == 0:
+	if hop == 0 {
 		b.used += nameLen(rr.Hdr.Name) + rrFixedLen + nameLen(rr.Target)
-	case strings.HasSuffix(rr.Target, "."+b.zone):
-		b.used += pointerLen + rrFixedLen + len(rr.Target) - len(b.zone) + pointerLen
-	default:
-		b.used += pointerLen + rrFixedLen + nameLen(rr.Target)
+	} else {
+		b.used += pointerLen + rrFixedLen + b.targetLen(rr.Target)
 	}
 	b.chained = true
+}
+
+// targetLen is what a name in a record's data takes once the zone's name
+// is in the message: a name inside the zone, its labels before the zone's
+// and a pointer to it; any other name, spelled out.
+func (b *budget) targetLen(name string) int {
+	if strings.HasSuffix(name, "."+b.zone) {
+		return len(name) - len(b.zone) + pointerLen
+	}
+	return nameLen(name)
 }
 
 // ownerLen is what the owner name of the first record of a set takes.
@@ -278,13 +285,7 @@ func appendGlue(extra []dns.RR, b *budget, zone string, ns, glue []dns.RR) []dns
 		if i == 0 {
 			owner = b.ownerLen(zone)
 		}
-		target := rr.(*dns.NS).Ns
-		if strings.HasSuffix(target, "."+b.zone) {
-			// Its labels before the zone's, then a pointer to the zone.
-			b.used += owner + rrFixedLen + len(target) - len(b.zone) + pointerLen
-		} else {
-			b.used += owner + rrFixedLen + nameLen(target)
-		}
+		b.used += owner + rrFixedLen + b.targetLen(rr.(*dns.NS).Ns)
 	}
 	for _, rr := range glue {
 		// A copy that holds its own address, so that nothing a writer does

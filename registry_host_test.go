@@ -3,8 +3,6 @@ package pgcluster
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
 	"testing"
 	"time"
 
@@ -26,18 +24,17 @@ func TestConnectedHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(p *pgtest.Postgres) string { return net.JoinHostPort(p.Host, strconv.Itoa(p.Port)) }
 	tests := []struct {
 		name, dsn, want string
 	}{
 		{"one host", fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", primary.Host, primary.Port),
-			at(primary) + "/postgres"},
+			primary.HostPort() + "/postgres"},
 		{"first host refuses", fmt.Sprintf("host=127.0.0.1,%s port=%d,%d user=postgres dbname=postgres sslmode=disable", primary.Host, closed, primary.Port),
-			at(primary) + "/postgres"},
+			primary.HostPort() + "/postgres"},
 		{"first host a standby, read-write wanted", fmt.Sprintf("host=%s,%s port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write",
-			standby.Host, primary.Host, standby.Port, primary.Port), at(primary) + "/postgres"},
+			standby.Host, primary.Host, standby.Port, primary.Port), primary.HostPort() + "/postgres"},
 		{"first host a standby, standby wanted", fmt.Sprintf("host=%s,%s port=%d,%d user=postgres dbname=template1 sslmode=disable target_session_attrs=standby",
-			primary.Host, standby.Host, primary.Port, standby.Port), at(standby) + "/template1"},
+			primary.Host, standby.Host, primary.Port, standby.Port), standby.HostPort() + "/template1"},
 		{"unix socket", fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres", primary.Dir, primary.Port),
 			fmt.Sprintf("%s:%d/postgres", primary.Dir, primary.Port)},
 	}

@@ -3,8 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
-	"strconv"
+	"testing"
 	"time"
 
 	"github.com/pgcluster/pgcluster"
@@ -98,10 +97,10 @@ func (r *chaosRun) failover() {
 	promoted := time.Now()
 	r.pg, r.standby = r.standby, nil
 	old.Close()
-	r.event("registry: %s stopped, %s promoted", hostPort(old), hostPort(r.pg))
+	r.event("registry: %s stopped, %s promoted", old.HostPort(), r.pg.HostPort())
 	up := r.untilAll(promoted, registryUp, 1)
 	r.standby = r.newStandby(old.Host, old.Port)
-	r.event("registry: %s streams from %s", hostPort(r.standby), hostPort(r.pg))
+	r.event("registry: %s streams from %s", r.standby.HostPort(), r.pg.HostPort())
 	answered := r.swapAnswered()
 	r.windows = append(r.windows, chaosWindow{what: "registry failed over", from: from, to: time.Now(), noticed: noticed,
 		failover: &chaosFailover{promoted: promoted.Sub(from), up: up, answered: answered}})
@@ -111,22 +110,27 @@ func (r *chaosRun) failover() {
 // its current position.
 func (r *chaosRun) caughtUp() {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), chaosStepTimeout)
+	caughtUp(r.t, r.pg, r.standby, chaosStepTimeout)
+}
+
+// caughtUp waits up to timeout until standby has replayed primary's WAL up
+// to its current position: nothing committed on the primary is lost with it.
+func caughtUp(t testing.TB, primary, standby *pgtest.Postgres, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	Eventually(r.t, chaosStepTimeout, func() error {
-		want, err := r.pg.CurrentLSN(ctx)
+	Eventually(t, timeout, func() error {
+		want, err := primary.CurrentLSN(ctx)
 		if err != nil {
 			return err
 		}
-		got, err := r.standby.ReplayLSN(ctx)
+		got, err := standby.ReplayLSN(ctx)
 		if err != nil {
 			return err
 		}
 		if got < want {
-			return fmt.Errorf("the standby %s replayed up to %d, the primary %s is at %d", hostPort(r.standby), got, hostPort(r.pg), want)
+			return fmt.Errorf("the standby %s replayed up to %d, the primary %s is at %d", standby.HostPort(), got, primary.HostPort(), want)
 		}
 		return nil
 	})
 }
-
-func hostPort(p *pgtest.Postgres) string { return net.JoinHostPort(p.Host, strconv.Itoa(p.Port)) }

@@ -359,13 +359,7 @@ func (r *chaosRun) swap() { r.swapAnswered() }
 // bound), not within the checks' budget; so the swap waits for a follower.
 func (r *chaosRun) swapAnswered() time.Duration {
 	r.untilAll(time.Now(), registryUp, 1)
-	Eventually(r.t, chaosStepTimeout, func() error {
-		rs := roles(r.t, r.ins)
-		if n := countOf(rs, "follower"); n != 1 || countOf(rs, "reader") != len(rs)-1 {
-			return fmt.Errorf("relay roles %v: want one follower, the others readers", rs)
-		}
-		return nil
-	})
+	oneFollower(r.t, r.ins, chaosStepTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	primary, err := r.roles.swap(ctx, r.pg)
@@ -474,15 +468,4 @@ func (r *chaosRun) alive() {
 			r.t.Fatalf("the instance in slot %d (%s) exited on its own: a crash (its log follows at cleanup)", slot, in.Addr())
 		}
 	}
-}
-
-// countOf is how many of xs are x.
-func countOf(xs []string, x string) int {
-	n := 0
-	for _, v := range xs {
-		if v == x {
-			n++
-		}
-	}
-	return n
 }

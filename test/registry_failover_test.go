@@ -2,9 +2,7 @@ package test
 
 import (
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"testing"
 	"time"
 
@@ -22,12 +20,10 @@ import (
 // takes once it is connected. The reconnect's log line must name the host
 // and port actually connected (the standby's), not the DSN's first.
 func TestRegistryFailover(t *testing.T) {
-	ctx := Ctx(t)
 	primary := pgtest.New(t)
 	primary.MustExec(t, pgcluster.Schema)
 	primary.MustExec(t, "INSERT INTO pgcluster_nodes(name, address, role) VALUES ('pg1', '127.0.0.11', 'primary')")
 	standby := pgtest.NewStandby(t, primary)
-	at := func(p *pgtest.Postgres) string { return net.JoinHostPort(p.Host, strconv.Itoa(p.Port)) }
 	dsn := fmt.Sprintf("host=%s,%s port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=2",
 		primary.Host, standby.Host, primary.Port, standby.Port)
 
@@ -35,24 +31,14 @@ func TestRegistryFailover(t *testing.T) {
 	Eventually(t, 10*time.Second, answersOf(in, "127.0.0.11"))
 	primary.MustExec(t, "INSERT INTO pgcluster_nodes(name, address, role) VALUES ('pg2', '127.0.0.12', 'standby')")
 	Eventually(t, 10*time.Second, answersOf(in, "127.0.0.11", "127.0.0.12"))
-	// Nothing committed on the primary is lost with it.
-	Eventually(t, 10*time.Second, func() error {
-		want, err := primary.CurrentLSN(ctx)
-		if err != nil {
-			return err
-		}
-		if got, err := standby.ReplayLSN(ctx); err != nil || got < want {
-			return fmt.Errorf("standby replayed up to %d, primary at %d (%v)", got, want, err)
-		}
-		return nil
-	})
+	caughtUp(t, primary, standby, 10*time.Second)
 
 	stopped := time.Now()
 	if err := primary.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	Eventually(t, 10*time.Second, metricIs(t, in, registryUp, 0))
-	t.Logf("primary %s stopped: registry_up 0 after %v", at(primary), time.Since(stopped).Round(time.Millisecond))
+	t.Logf("primary %s stopped: registry_up 0 after %v", primary.HostPort(), time.Since(stopped).Round(time.Millisecond))
 	holdsFor(t, 500*time.Millisecond, "answers while the registry has no primary", answersOf(in, "127.0.0.11", "127.0.0.12"))
 
 	if err := standby.Promote(); err != nil {
@@ -64,7 +50,7 @@ func TestRegistryFailover(t *testing.T) {
 	want := []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}
 	followed := answeredAt(t, in, 20*time.Second, want)
 	t.Logf("standby %s promoted; a change committed there %v after the promotion reached the answer %v after the commit (%v after the promotion)",
-		at(standby), committed.Sub(promoted).Round(time.Millisecond), followed.Sub(committed).Round(time.Millisecond), followed.Sub(promoted).Round(time.Millisecond))
+		standby.HostPort(), committed.Sub(promoted).Round(time.Millisecond), followed.Sub(committed).Round(time.Millisecond), followed.Sub(promoted).Round(time.Millisecond))
 	Eventually(t, 5*time.Second, metricIs(t, in, registryUp, 1))
 
 	// Connected to the new primary: a change takes a notification's time.
@@ -75,8 +61,8 @@ func TestRegistryFailover(t *testing.T) {
 
 	line := waitLogged(t, in, 5*time.Second, "Registry", "reachable again")
 	t.Logf("reconnect: %s", line)
-	if !containsAll(line, []string{at(standby) + "/postgres"}) {
-		t.Errorf("the reconnect line names %s, the DSN's first host, not %s, the host connected: %q", at(primary), at(standby), line)
+	if !containsAll(line, []string{standby.HostPort() + "/postgres"}) {
+		t.Errorf("the reconnect line names %s, the DSN's first host, not %s, the host connected: %q", primary.HostPort(), standby.HostPort(), line)
 	}
 }
 

@@ -276,9 +276,17 @@ func roles(t testing.TB, ins []*Instance) []string {
 // exactly one and every other instance a reader.
 func (w *relayWorld) follower(ins []*Instance) int {
 	w.t.Helper()
+	return oneFollower(w.t, ins, 15*time.Second)
+}
+
+// oneFollower waits up to timeout until exactly one of ins follows the
+// registry and every other reads its copy, and returns the follower's
+// index.
+func oneFollower(t testing.TB, ins []*Instance, timeout time.Duration) int {
+	t.Helper()
 	f := -1
-	Eventually(w.t, 15*time.Second, func() error {
-		rs := roles(w.t, ins)
+	Eventually(t, timeout, func() error {
+		rs := roles(t, ins)
 		f = slices.Index(rs, "follower")
 		if f < 0 || slices.Index(rs[f+1:], "follower") >= 0 {
 			return fmt.Errorf("roles %v: want one follower", rs)

@@ -275,7 +275,7 @@ func (p *Postgres) Start() error {
 	out, err := p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-l", filepath.Join(p.Dir, "log"),
 		"-o", "-p "+strconv.Itoa(p.Port), "-w", "-t", "60", "start")
 	if err != nil {
-		return fmt.Errorf("pg_ctl start on %s: %v: %s%s", net.JoinHostPort(p.Host, strconv.Itoa(p.Port)), err, out, p.logTail())
+		return fmt.Errorf("pg_ctl start on %s: %v: %s%s", p.HostPort(), err, out, p.logTail())
 	}
 	return nil
 }
@@ -311,8 +311,12 @@ func (p *Postgres) DSN(db string) string {
 	if db == "" {
 		db = "postgres"
 	}
-	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", net.JoinHostPort(p.host(), strconv.Itoa(p.Port)), db)
+	return fmt.Sprintf("postgres://postgres@%s/%s?sslmode=disable", p.HostPort(), db)
 }
+
+// HostPort is the server's address and port, as "127.0.0.2:5432" or
+// "[::1]:5432".
+func (p *Postgres) HostPort() string { return net.JoinHostPort(p.host(), strconv.Itoa(p.Port)) }
 
 // host is the address to connect to: Host, or DefaultHost for a Postgres
 // value made without one.
