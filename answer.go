@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/coredns/coredns/plugin/metrics"
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/request"
 
 	"github.com/miekg/dns"
@@ -41,6 +43,9 @@ type budget struct {
 	// chained is set once a CNAME has put the owner of the records that
 	// follow, its target, into the message: they point to it.
 	chained bool
+	// shared is set when every writer of the reply only reads it (see
+	// readOnlyWriter): the answer may hold the snapshot's own records.
+	shared bool
 }
 
 // newBudget returns the budget of the reply to state's request: the client's
@@ -48,7 +53,7 @@ type budget struct {
 // 65535), less the header, the question and the OPT record CoreDNS's writer
 // will add.
 func newBudget(state request.Request, zone string) budget {
-	b := budget{size: state.Size(), used: headerLen, udp: state.Proto() == "udp", zone: zone}
+	b := budget{size: state.Size(), used: headerLen, udp: state.Proto() == "udp", zone: zone, shared: readOnlyWriter(state.W)}
 	if b.udp {
 		b.size = min(b.size, maxUDP)
 	}
@@ -59,6 +64,28 @@ func newBudget(state request.Request, zone string) budget {
 		b.size -= dns.Len(o)
 	}
 	return b
+}
+
+// readOnlyWriter reports whether w and every writer under it only read the
+// reply they write: CoreDNS's ScrubWriter, which the server puts first
+// (its Truncate and Len read the records, it adds the OPT record to the
+// additional section), and on the way the recorders of the log and
+// prometheus plugins, which keep the reply to read after the answer. Other
+// writers may change records in place (cache rewrites TTLs, rewrite
+// names), so their replies get copies.
+func readOnlyWriter(w dns.ResponseWriter) bool {
+	for {
+		switch x := w.(type) {
+		case *request.ScrubWriter:
+			return true
+		case *dnstest.Recorder:
+			w = x.ResponseWriter
+		case *metrics.Recorder:
+			w = x.Recorder.ResponseWriter
+		default:
+			return false
+		}
+	}
 }
 
 func (b *budget) left() int { return b.size - b.used }
@@ -122,24 +149,43 @@ func fit(b *budget, owner string, n, rdlen int) int {
 
 // take counts in b as many of n records of one RRset as fit (see fit) and
 // returns how many, and where in the set they start: one further along on
-// each query that takes any. It grows m's answer for them.
-func (p *PgCluster) take(m *dns.Msg, b *budget, owner string, n, rdlen int) (k, start int) {
+// each query that takes any.
+func (p *PgCluster) take(b *budget, owner string, n, rdlen int) (k, start int) {
 	if n == 0 {
 		return 0, 0
 	}
 	if k = fit(b, owner, n, rdlen); k == 0 {
 		return 0, 0
 	}
-	m.Answer = slices.Grow(m.Answer, k)
 	return k, p.rotation(n)
 }
 
+// appendWindow appends the k records of a set from start on to ans, from
+// twice, the set twice over. Into an empty answer it puts the window itself,
+// with no room to grow: an append to it makes a new array.
+func appendWindow(ans, twice []dns.RR, start, k int) []dns.RR {
+	w := twice[start : start+k : start+k]
+	if len(ans) == 0 {
+		return w
+	}
+	return append(ans, w...)
+}
+
 // addressesA appends to m's answer as many of e's A records as fit b,
-// taken in turn from a rotating start. The records are made into one new
-// array, with their addresses: nothing a writer does to the reply reaches
-// the snapshot.
+// taken in turn from a rotating start. When the writers only read the
+// reply (b.shared), they are e's shared records; otherwise they are made
+// into one new array, with their addresses, so that nothing a writer does
+// to the reply reaches the snapshot.
 func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
-	k, start := p.take(m, b, e.owner, len(e.a), net.IPv4len)
+	k, start := p.take(b, e.owner, len(e.a), net.IPv4len)
+	if k == 0 {
+		return
+	}
+	if b.shared {
+		m.Answer = appendWindow(m.Answer, e.records(p.ttl).a, start, k)
+		return
+	}
+	m.Answer = slices.Grow(m.Answer, k)
 	recs := make([]struct {
 		rr dns.A
 		ip [net.IPv4len]byte
@@ -154,7 +200,15 @@ func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
 
 // addressesAAAA is addressesA for AAAA records.
 func (p *PgCluster) addressesAAAA(m *dns.Msg, b *budget, e *entry) {
-	k, start := p.take(m, b, e.owner, len(e.aaaa), net.IPv6len)
+	k, start := p.take(b, e.owner, len(e.aaaa), net.IPv6len)
+	if k == 0 {
+		return
+	}
+	if b.shared {
+		m.Answer = appendWindow(m.Answer, e.records(p.ttl).aaaa, start, k)
+		return
+	}
+	m.Answer = slices.Grow(m.Answer, k)
 	recs := make([]struct {
 		rr dns.AAAA
 		ip [net.IPv6len]byte

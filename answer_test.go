@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/coredns/coredns/plugin/metrics"
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/coredns/coredns/request"
@@ -137,8 +139,18 @@ func (q ask) msg() *dns.Msg {
 
 // serve asks p through CoreDNS's writer chain: the ScrubWriter (OPT record,
 // Truncate) last, as the server sets it up, and returns what pgcluster wrote
-// (before the writers) and what the client gets.
+// (before the writers) and what the client gets. The writer that keeps what
+// pgcluster wrote is not one pgcluster knows to only read, so that answer
+// holds copies; serve asks again through writers it knows (the log
+// plugin's recorder over the ScrubWriter), which share the snapshot's
+// records, and checks that the client gets the same. Asked alone (not
+// hostile), the second answer starts from the same rotation and must be
+// the same reply; hostile writers run concurrently, so there an address
+// answer must have as many records in each section (addresses are all of
+// one length, SRV targets are not, so SRV counts depend on the rotation).
 func serve(t testing.TB, p *PgCluster, q ask, hostile bool) (wrote, got *dns.Msg) {
+	t.Helper()
+	start := p.rotate.Load()
 	r := q.msg()
 	client := dnstest.NewRecorder(&test.ResponseWriter{TCP: q.tcp})
 	var w dns.ResponseWriter = request.NewScrubWriter(r, client)
@@ -149,7 +161,32 @@ func serve(t testing.TB, p *PgCluster, q ask, hostile bool) (wrote, got *dns.Msg
 	if _, err := p.ServeDNS(context.Background(), rec, r); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
+	if !hostile {
+		p.rotate.Store(start)
+	}
+	r2 := q.msg()
+	r2.Id = r.Id
+	client2 := dnstest.NewRecorder(&test.ResponseWriter{TCP: q.tcp})
+	if _, err := p.ServeDNS(context.Background(), dnstest.NewRecorder(request.NewScrubWriter(r2, client2)), r2); err != nil {
+		t.Fatalf("%s, shared records: %v", q, err)
+	}
+	switch {
+	case client2.Msg == nil:
+		t.Fatalf("%s, shared records: no reply", q)
+	case hostile && (q.qtype == dns.TypeA || q.qtype == dns.TypeAAAA) && counts(client2.Msg) != counts(rec.msg):
+		t.Fatalf("%s: %v records with shared records, %v with copies", q, counts(client2.Msg), counts(rec.msg))
+	case !hostile && !samePacked(client2.Msg, client.Msg):
+		t.Fatalf("%s: with shared records\n%s\nwith copies\n%s", q, client2.Msg, client.Msg)
+	}
 	return rec.msg, client.Msg
+}
+
+// samePacked reports whether a and b pack to the same octets (String takes
+// far longer on answers of thousands of records).
+func samePacked(a, b *dns.Msg) bool {
+	pa, errA := a.Pack()
+	pb, errB := b.Pack()
+	return errA == nil && errB == nil && bytes.Equal(pa, pb)
 }
 
 // copyWriter keeps a copy of the message as it was written.
@@ -391,4 +428,61 @@ func lookup(snap *snapshot, q ask) (e *entry, cnames, total int) {
 	}
 	total = map[uint16]int{dns.TypeA: len(e.a), dns.TypeAAAA: len(e.aaaa), dns.TypeSRV: len(e.srv)}[q.qtype]
 	return e, cnames, total
+}
+
+// An address answer holds the snapshot's own records only when every writer
+// of the reply is one pgcluster knows to only read it (the server's
+// ScrubWriter, the log and prometheus plugins' recorders over it); any other
+// writer (cache's, rewrite's, one unknown) gets copies it may
+// change.
+func TestAnswerSharesRecordsOnlyWithReaders(t *testing.T) {
+	p := bigPlugin()
+	scrub := func(r *dns.Msg, client dns.ResponseWriter) dns.ResponseWriter {
+		return request.NewScrubWriter(r, client)
+	}
+	for _, tc := range []struct {
+		name   string
+		chain  func(r *dns.Msg, client dns.ResponseWriter) dns.ResponseWriter
+		shared bool
+	}{
+		{"the server's ScrubWriter", scrub, true},
+		{"log", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter { return dnstest.NewRecorder(scrub(r, c)) }, true},
+		{"prometheus", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter { return metrics.NewRecorder(scrub(r, c)) }, true},
+		{"prometheus and log", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter {
+			return metrics.NewRecorder(dnstest.NewRecorder(scrub(r, c)))
+		}, true},
+		{"no ScrubWriter", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter { return c }, false},
+		{"log without a ScrubWriter", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter { return dnstest.NewRecorder(c) }, false},
+		{"a writer that rewrites", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter { return hostileWriter{scrub(r, c)} }, false},
+		{"log over a writer that rewrites", func(r *dns.Msg, c dns.ResponseWriter) dns.ResponseWriter {
+			return dnstest.NewRecorder(hostileWriter{scrub(r, c)})
+		}, false},
+	} {
+		for _, q := range []ask{
+			{"c30.pgcluster.lan.", dns.TypeA, 0, false},
+			{"c30.pgcluster.lan.", dns.TypeAAAA, 1232, true},
+			{"big.pgcluster.lan.", dns.TypeAAAA, 0, false}, // a CNAME first
+		} {
+			r := q.msg()
+			client := dnstest.NewRecorder(&test.ResponseWriter{TCP: q.tcp})
+			if _, err := p.ServeDNS(context.Background(), tc.chain(r, client), r); err != nil {
+				t.Fatalf("%s, %s: %v", tc.name, q, err)
+			}
+			e, _, _ := lookup(p.snap.Load(), q)
+			own := e.records(p.ttl)
+			n := 0
+			for _, rr := range client.Msg.Answer {
+				if rr.Header().Rrtype != q.qtype {
+					continue
+				}
+				n++
+				if got := slices.Contains(own.a, rr) || slices.Contains(own.aaaa, rr); got != tc.shared {
+					t.Errorf("%s, %s: %v is the snapshot's own record: %t, want %t", tc.name, q, rr, got, tc.shared)
+				}
+			}
+			if n == 0 {
+				t.Errorf("%s, %s: no address in the answer:\n%v", tc.name, q, client.Msg)
+			}
+		}
+	}
 }

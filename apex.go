@@ -88,7 +88,7 @@ func (s *settings) inZone(name string) string {
 func apexEntries(set *settings, zone string) map[string]*part {
 	servers := set.nameServers(zone)
 	apex := &entry{owner: zone, apex: &apexRecords{ns: make([]dns.RR, 0, len(servers))}}
-	parts := map[string]*part{zone: {names: map[string]*entry{"": apex}}}
+	names := map[string]map[string]*entry{zone: {"": apex}}
 	var glueA, glueAAAA []dns.RR
 	for _, ns := range servers {
 		apex.apex.ns = append(apex.apex.ns, &dns.NS{Hdr: hdr(zone, dns.TypeNS, set.ttl), Ns: ns.name})
@@ -96,16 +96,16 @@ func apexEntries(set *settings, zone string) map[string]*part {
 			continue
 		}
 		key, prefix := splitBelow(ns.name, zone)
-		p := parts[key]
+		p := names[key]
 		if p == nil {
-			p = &part{names: map[string]*entry{}}
-			parts[key] = p
+			p = map[string]*entry{}
+			names[key] = p
 		}
 		e := &entry{owner: ns.name}
 		for _, a := range ns.addrs {
 			e.add(a)
 		}
-		p.names[prefix] = e
+		p[prefix] = e
 		for _, a := range ns.addrs {
 			if a.Is4() {
 				glueA = append(glueA, &dns.A{Hdr: hdr(ns.name, dns.TypeA, set.ttl), A: a.AsSlice()})
@@ -114,15 +114,19 @@ func apexEntries(set *settings, zone string) map[string]*part {
 			}
 		}
 		for q := parentPrefix(prefix); q != ""; q = parentPrefix(q) {
-			if _, ok := p.names[q]; !ok {
-				p.names[q] = ent
+			if _, ok := p[q]; !ok {
+				p[q] = ent
 			}
 		}
-		if _, ok := p.names[""]; !ok {
-			p.names[""] = ent
+		if _, ok := p[""]; !ok {
+			p[""] = ent
 		}
 	}
 	apex.apex.glue = append(glueA, glueAAAA...)
+	parts := make(map[string]*part, len(names))
+	for key, n := range names {
+		parts[key] = newPart(n)
+	}
 	return parts
 }
 

@@ -60,7 +60,7 @@ func buildCluster(set *settings, view health.View, name string, rows []Node) *cl
 		b := &builder{cb: cb, in: in, apex: under(name, z), names: map[string]*entry{}}
 		b.cluster(c)
 		b.addEmptyNonTerminals()
-		cb.parts = append(cb.parts, &part{names: b.names})
+		cb.parts = append(cb.parts, newPart(b.names))
 	}
 	cb.hash = clusterHash(c)
 	return cb

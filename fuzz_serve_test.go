@@ -39,6 +39,9 @@ import (
 //     the budget counts without bounding, which it may cut, with TC);
 //   - hold records that belong: each owned by the question's name or a
 //     CNAME target before it, in a zone of the snapshot, with its TTL;
+//   - be the same, from the same rotation, through writers the handler
+//     knows to only read the reply (it then shares the snapshot's address
+//     records) as through others (which get copies);
 //   - leave the snapshot as it was, whatever a writer after the handler does
 //     to the reply (here: TTLs, owner names, addresses and SOA fields
 //     rewritten in place, as the cache and rewrite plugins do): the same
@@ -118,6 +121,18 @@ func FuzzServeDNS(f *testing.F) {
 			}
 		}
 		checkOwners(t, fz, seen.before)
+
+		// The same query from the same rotation through writers that only
+		// read the reply (the log plugin's recorder over the ScrubWriter),
+		// which get the snapshot's own address records: the same reply on
+		// the wire as the copies gave.
+		fz.p.rotate.Store(start)
+		shared := fresh()
+		client := dnstest.NewRecorder(&test.ResponseWriter{TCP: tcp})
+		fz.p.ServeDNS(context.Background(), dnstest.NewRecorder(request.NewScrubWriter(shared, client)), shared)
+		if client.Msg == nil || !samePacked(client.Msg, out.msg) {
+			t.Fatalf("the reply with the snapshot's own records differs; with copies:\n%s\nwith the snapshot's own:\n%v", out.msg, client.Msg)
+		}
 
 		// Ask again from the same rotation: the same reply, whatever the
 		// writers did to the first.

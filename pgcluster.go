@@ -81,7 +81,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
-		m.Ns = []dns.RR{copyRR(snap.parts[zone].names[""].apex.soa)}
+		m.Ns = []dns.RR{copyRR(snap.parts[zone].self.apex.soa)}
 	} else if b.failOpen && p.failOpen != nil {
 		p.failOpen.Inc()
 	}
@@ -137,7 +137,7 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e
 		}
 		al = next.alias
 		if al == nil {
-			e = next.names[prefix]
+			e = next.entry(prefix)
 			if e == nil {
 				return dns.RcodeServerFailure
 			}

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -31,6 +32,46 @@ type entry struct {
 	// ent marks an empty non-terminal: a name that exists only because
 	// names under it do. Under an alias, such a name has no CNAME.
 	ent bool
+	// shared holds the entry's address records, made on the first answer
+	// that may share them (see readOnlyWriter) and reused by every later one.
+	shared atomic.Pointer[sharedRecords]
+}
+
+// sharedRecords are an entry's A and AAAA records with one TTL, each set
+// twice over, so that the records of any rotation are one window of it.
+// Nothing writes to them once made: many answers hold them at once.
+type sharedRecords struct {
+	ttl  uint32
+	a    []dns.RR
+	aaaa []dns.RR
+}
+
+// records returns e's shared records with ttl, made if e has none yet (or
+// has them with another TTL). Two answers that make them at once each
+// store equal records; either may stay.
+func (e *entry) records(ttl uint32) *sharedRecords {
+	if r := e.shared.Load(); r != nil && r.ttl == ttl {
+		return r
+	}
+	r := &sharedRecords{ttl: ttl}
+	if n := len(e.a); n > 0 {
+		recs := make([]dns.A, n)
+		r.a = make([]dns.RR, 2*n)
+		for i := range recs {
+			recs[i] = dns.A{Hdr: hdr(e.owner, dns.TypeA, ttl), A: e.a[i][:]}
+			r.a[i], r.a[n+i] = &recs[i], &recs[i]
+		}
+	}
+	if n := len(e.aaaa); n > 0 {
+		recs := make([]dns.AAAA, n)
+		r.aaaa = make([]dns.RR, 2*n)
+		for i := range recs {
+			recs[i] = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, ttl), AAAA: e.aaaa[i][:]}
+			r.aaaa[i], r.aaaa[n+i] = &recs[i], &recs[i]
+		}
+	}
+	e.shared.Store(r)
+	return r
 }
 
 // apexRecords are the records only a zone's apex has: the NS set, the same
@@ -70,10 +111,29 @@ type part struct {
 	// names are by their prefix before the part's own name: "" for the
 	// name itself, "primary.", "_postgresql._tcp.primary.", ...
 	names map[string]*entry
+	// self is names[""], the entry of the part's own name (a cluster's
+	// name, most asked of all): kept beside the map so that its answer
+	// costs one map lookup, not two.
+	self *entry
 	// alias is set for an alias's part, which holds no names: a name under
 	// the alias exists as a CNAME when the same prefix does under its final
 	// cluster, and is made at query time.
 	alias *aliasPart
+}
+
+// newPart returns the part of names, which are complete: a part's names
+// never change once it is made.
+func newPart(names map[string]*entry) *part {
+	return &part{names: names, self: names[""]}
+}
+
+// entry returns the entry of the name with prefix before the part's own
+// name, or nil.
+func (p *part) entry(prefix string) *entry {
+	if prefix == "" {
+		return p.self
+	}
+	return p.names[prefix]
 }
 
 // aliasPart is where an alias's names point, as names just below the zone.
@@ -425,9 +485,9 @@ func (s *snapshot) lookup(name, zone string) (*entry, *aliasPart, string) {
 	case p == nil:
 		return nil, nil, ""
 	case p.alias != nil:
-		return s.parts[p.alias.final].names[prefix], p.alias, prefix
+		return s.parts[p.alias.final].entry(prefix), p.alias, prefix
 	}
-	return p.names[prefix], nil, prefix
+	return p.entry(prefix), nil, prefix
 }
 
 // verdict says of a node ("cluster/name") whether it is served, and why;
@@ -468,8 +528,9 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 	s.serial = serial
 	t := s.set.soa.orDefault(ttl)
 	for _, z := range s.set.zones {
-		apex := *s.parts[z].names[""]
-		apex.apex = &apexRecords{ns: apex.apex.ns, glue: apex.apex.glue}
+		old := s.parts[z].self
+		apex := &entry{owner: old.owner, a: old.a, aaaa: old.aaaa, srv: old.srv, txt: old.txt, failOpen: old.failOpen, ent: old.ent,
+			apex: &apexRecords{ns: old.apex.ns, glue: old.apex.glue}}
 		apex.apex.soa = &dns.SOA{
 			Hdr:     hdr(z, dns.TypeSOA, t.negative),
 			Ns:      apex.apex.ns[0].(*dns.NS).Ns,
@@ -480,6 +541,6 @@ func (s *snapshot) setSerial(serial uint32, ttl uint32) {
 			Expire:  t.expire,
 			Minttl:  t.negative,
 		}
-		s.parts[z] = &part{names: map[string]*entry{"": &apex}}
+		s.parts[z] = newPart(map[string]*entry{"": apex})
 	}
 }
