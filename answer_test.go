@@ -99,7 +99,11 @@ func fingerprint(s *snapshot) string {
 		}
 		fmt.Fprintf(&sb, "%s %v ent=%t open=%t\n", name, soa, e.ent, e.failOpen)
 		a, aaaa, srv, extra := records(e)
-		for _, sec := range [][]dns.RR{a, aaaa, e.txt, srv, extra, ns} {
+		var txt []dns.RR
+		if e.txt != nil {
+			txt = []dns.RR{e.txt}
+		}
+		for _, sec := range [][]dns.RR{a, aaaa, txt, srv, extra, ns} {
 			fmt.Fprintf(&sb, "%d:", len(sec))
 			for _, rr := range sec {
 				sb.WriteString(rr.String())

@@ -110,7 +110,7 @@ func (b *builder) cluster(c *cluster) {
 		if m.serving {
 			e.add(m.addr)
 		}
-		e.txt = []dns.RR{&dns.TXT{Hdr: hdr(e.owner, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}}
+		e.txt = &dns.TXT{Hdr: hdr(e.owner, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}
 	}
 	all, allOpen := pick(c, serving), pick(c, down)
 	primaries := pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
@@ -140,7 +140,7 @@ func (b *builder) cluster(c *cluster) {
 	b.set(labelReplica+".", standbys, standbyOpen)
 	b.set(labelPreferStandby+".", preferStandby, preferOpen)
 	ce := b.entry("")
-	ce.txt = []dns.RR{&dns.TXT{Hdr: hdr(ce.owner, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}}
+	ce.txt = &dns.TXT{Hdr: hdr(ce.owner, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}
 }
 
 // set writes a set name (the cluster itself, prefix "", or a role under

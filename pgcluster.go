@@ -155,7 +155,9 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e
 	case dns.TypeSRV:
 		p.services(m, b, e)
 	case dns.TypeTXT:
-		m.Answer = appendCopies[dns.TXT](m.Answer, e.txt, 0, len(e.txt))
+		if e.txt != nil {
+			m.Answer = append(m.Answer, copyRR(e.txt))
+		}
 	case dns.TypeNS:
 		if e.apex != nil {
 			m.Answer = appendCopies[dns.NS](m.Answer, e.apex.ns, 0, len(e.apex.ns))

@@ -233,7 +233,7 @@ func TestLoopbackAndSelf(t *testing.T) {
 	if got != want {
 		t.Errorf("loopback filtered, self substituted: got %q want %q", got, want)
 	}
-	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt[0].String(); !strings.Contains(txt, "loopback address 127.0.0.2 is not advertised") {
+	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt.String(); !strings.Contains(txt, "loopback address 127.0.0.2 is not advertised") {
 		t.Errorf("TXT should say why pg2 is out: %s", txt)
 	}
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, allowLoopback: true}, nodes: nodes})
@@ -249,7 +249,7 @@ func TestStaleAfter(t *testing.T) {
 	if got := addrsOf(entryOf(s, "standby.local.pgcluster.lan.")); got != "2001:db8::3" {
 		t.Errorf("a stale standby is out: %q", got)
 	}
-	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt[0].String(); !strings.Contains(txt, "heartbeat 11s old, older than stale_after 10s") {
+	if txt := entryOf(s, "pg2.local.pgcluster.lan.").txt.String(); !strings.Contains(txt, "heartbeat 11s old, older than stale_after 10s") {
 		t.Errorf("TXT: %s", txt)
 	}
 	s = build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes})

@@ -23,7 +23,7 @@ type entry struct {
 	a     [][4]byte
 	aaaa  [][16]byte
 	srv   []service
-	txt   []dns.RR
+	txt   *dns.TXT // the only TXT record a name has, or nil
 	// apex holds a zone apex's own records.
 	apex *apexRecords
 	// failOpen: the addresses and SRV records are of nodes that fail their

@@ -836,6 +836,14 @@ func printScale(q scaleQPS, qs scaleShape, lats []scaleLatency, cpus []scaleCPU,
 		fmt.Printf("%-16s %10.0f %10.0f %10.0f %7.2fx %8.2fx   %s | %s | %s\n", k.name, pg, file, who, pg/file, pg/who,
 			q.answers[k.name]["pgcluster"], q.answers[k.name]["file"], q.answers[k.name]["whoami"])
 	}
+	fmt.Println("each round (pgcluster / file / whoami; which runs first turns from round to round):")
+	for _, k := range scaleKinds {
+		fmt.Printf("  %-16s", k.name)
+		for i := range scaleRounds {
+			fmt.Printf("  %.0f / %.0f / %.0f", q.rounds[k.name]["pgcluster"][i], q.rounds[k.name]["file"][i], q.rounds[k.name]["whoami"][i])
+		}
+		fmt.Println()
+	}
 
 	followed, cp := median(q.storm["followed"]), median(q.storm["copy"])
 	fmt.Printf("\nWrite storm: %d single-row updates (one a transaction) in each %v round, to the registry pgcluster follows or to a copy nobody follows\n",
