@@ -171,51 +171,50 @@ func appendWindow(ans, twice []dns.RR, start, k int) []dns.RR {
 	return append(ans, w...)
 }
 
-// addressesA appends to m's answer as many of e's A records as fit b,
-// taken in turn from a rotating start. When the writers only read the
-// reply (b.shared), they are e's shared records; otherwise they are made
-// into one new array, with their addresses, so that nothing a writer does
-// to the reply reaches the snapshot.
-func (p *PgCluster) addressesA(m *dns.Msg, b *budget, e *entry) {
-	k, start := p.take(b, e.owner, len(e.a), net.IPv4len)
+// addresses appends to m's answer as many of e's A or AAAA records (qtype)
+// as fit b, taken in turn from a rotating start. When the writers only
+// read the reply (b.shared), they are e's shared records; otherwise they
+// are made into one new array, with their addresses, so that nothing a
+// writer does to the reply reaches the snapshot.
+func (p *PgCluster) addresses(m *dns.Msg, b *budget, e *entry, qtype uint16) {
+	n, rdlen := len(e.a), net.IPv4len
+	if qtype == dns.TypeAAAA {
+		n, rdlen = len(e.aaaa), net.IPv6len
+	}
+	k, start := p.take(b, e.owner, n, rdlen)
 	if k == 0 {
 		return
 	}
 	if b.shared {
-		m.Answer = appendWindow(m.Answer, e.records(p.ttl).a, start, k)
+		r := e.records(p.ttl)
+		set := r.a
+		if qtype == dns.TypeAAAA {
+			set = r.aaaa
+		}
+		m.Answer = appendWindow(m.Answer, set, start, k)
 		return
 	}
 	m.Answer = slices.Grow(m.Answer, k)
-	recs := make([]struct {
-		rr dns.A
-		ip [net.IPv4len]byte
-	}, k)
-	for i := range recs {
-		r := &recs[i]
-		r.ip = e.a[(start+i)%len(e.a)]
-		r.rr = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: r.ip[:]}
-		m.Answer = append(m.Answer, &r.rr)
-	}
-}
-
-// addressesAAAA is addressesA for AAAA records.
-func (p *PgCluster) addressesAAAA(m *dns.Msg, b *budget, e *entry) {
-	k, start := p.take(b, e.owner, len(e.aaaa), net.IPv6len)
-	if k == 0 {
+	if qtype == dns.TypeA {
+		recs := make([]struct {
+			rr dns.A
+			ip [net.IPv4len]byte
+		}, k)
+		for i := range recs {
+			r := &recs[i]
+			r.ip = e.a[(start+i)%n]
+			r.rr = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: r.ip[:]}
+			m.Answer = append(m.Answer, &r.rr)
+		}
 		return
 	}
-	if b.shared {
-		m.Answer = appendWindow(m.Answer, e.records(p.ttl).aaaa, start, k)
-		return
-	}
-	m.Answer = slices.Grow(m.Answer, k)
 	recs := make([]struct {
 		rr dns.AAAA
 		ip [net.IPv6len]byte
 	}, k)
 	for i := range recs {
 		r := &recs[i]
-		r.ip = e.aaaa[(start+i)%len(e.aaaa)]
+		r.ip = e.aaaa[(start+i)%n]
 		r.rr = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: r.ip[:]}
 		m.Answer = append(m.Answer, &r.rr)
 	}

@@ -148,10 +148,8 @@ func (p *PgCluster) answer(m *dns.Msg, b *budget, snap *snapshot, name string, e
 		b.failOpen = e.failOpen
 	}
 	switch qtype {
-	case dns.TypeA:
-		p.addressesA(m, b, e)
-	case dns.TypeAAAA:
-		p.addressesAAAA(m, b, e)
+	case dns.TypeA, dns.TypeAAAA:
+		p.addresses(m, b, e, qtype)
 	case dns.TypeSRV:
 		p.services(m, b, e)
 	case dns.TypeTXT:

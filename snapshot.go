@@ -53,22 +53,14 @@ func (e *entry) records(ttl uint32) *sharedRecords {
 	if r := e.shared.Load(); r != nil && r.ttl == ttl {
 		return r
 	}
-	r := &sharedRecords{ttl: ttl}
-	if n := len(e.a); n > 0 {
-		recs := make([]dns.A, n)
-		r.a = make([]dns.RR, 2*n)
-		for i := range recs {
-			recs[i] = dns.A{Hdr: hdr(e.owner, dns.TypeA, ttl), A: e.a[i][:]}
-			r.a[i], r.a[n+i] = &recs[i], &recs[i]
-		}
-	}
-	if n := len(e.aaaa); n > 0 {
-		recs := make([]dns.AAAA, n)
-		r.aaaa = make([]dns.RR, 2*n)
-		for i := range recs {
-			recs[i] = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, ttl), AAAA: e.aaaa[i][:]}
-			r.aaaa[i], r.aaaa[n+i] = &recs[i], &recs[i]
-		}
+	r := &sharedRecords{
+		ttl: ttl,
+		a: twice(len(e.a), func(i int) dns.A {
+			return dns.A{Hdr: hdr(e.owner, dns.TypeA, ttl), A: e.a[i][:]}
+		}),
+		aaaa: twice(len(e.aaaa), func(i int) dns.AAAA {
+			return dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, ttl), AAAA: e.aaaa[i][:]}
+		}),
 	}
 	e.shared.Store(r)
 	return r
@@ -102,6 +94,24 @@ func (e *entry) add(a netip.Addr) {
 	} else {
 		e.aaaa = append(e.aaaa, a.As16())
 	}
+}
+
+// twice returns the n records made by rec, in one array, as a set twice
+// over: record i at i and at n+i. Nil when n is 0.
+func twice[T any, PT interface {
+	*T
+	dns.RR
+}](n int, rec func(i int) T) []dns.RR {
+	if n == 0 {
+		return nil
+	}
+	recs := make([]T, n)
+	set := make([]dns.RR, 2*n)
+	for i := range recs {
+		recs[i] = rec(i)
+		set[i], set[n+i] = PT(&recs[i]), PT(&recs[i])
+	}
+	return set
 }
 
 // part holds the names at and under one name just below a zone: a

@@ -66,10 +66,10 @@ func records(e *entry) (a, aaaa, srv, extra []dns.RR) {
 	p.rotate.Store(^uint32(0)) // the next rotation starts at 0
 	m := new(dns.Msg)
 	b := &budget{size: 1 << 30}
-	p.addressesA(m, b, e)
+	p.addresses(m, b, e, dns.TypeA)
 	a, m.Answer = m.Answer, nil
 	p.rotate.Store(^uint32(0))
-	p.addressesAAAA(m, b, e)
+	p.addresses(m, b, e, dns.TypeAAAA)
 	aaaa, m.Answer = m.Answer, nil
 	p.rotate.Store(^uint32(0))
 	p.services(m, b, e)
