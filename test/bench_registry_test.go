@@ -850,6 +850,11 @@ func printScale(q scaleQPS, qs scaleShape, lats []scaleLatency, cpus []scaleCPU,
 		stormUpdates, scaleRound)
 	fmt.Printf("pgcluster cluster A QPS, median of %d rounds: followed %.0f (%.0f updates/s), copy %.0f (%.0f updates/s): %.2fx\n",
 		scaleRounds, followed, median(q.stormRate["followed"]), cp, median(q.stormRate["copy"]), followed/cp)
+	fmt.Print("each round (followed / copy; which runs first turns from round to round):")
+	for i := range scaleRounds {
+		fmt.Printf("  %.0f / %.0f", q.storm["followed"][i], q.storm["copy"][i])
+	}
+	fmt.Println()
 
 	fmt.Printf("\nCOMMIT -> answer: one node's address per transaction, the instance asked every %v from the COMMIT on\n", scalePoll)
 	fmt.Printf("%-26s %7s %9s %9s %9s %12s %14s %12s\n", "nodes / clusters / aliases", "changes", "p50", "p99", "max", "reload mean", "RSS loaded", "RSS after")
