@@ -196,28 +196,35 @@ func (p *PgCluster) addresses(m *dns.Msg, b *budget, e *entry, qtype uint16) {
 	}
 	m.Answer = slices.Grow(m.Answer, k)
 	if qtype == dns.TypeA {
-		recs := make([]struct {
-			rr dns.A
-			ip [net.IPv4len]byte
-		}, k)
-		for i := range recs {
-			r := &recs[i]
-			r.ip = e.a[(start+i)%n]
-			r.rr = dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: r.ip[:]}
-			m.Answer = append(m.Answer, &r.rr)
-		}
+		m.Answer = appendAddressCopies(m.Answer, e.a, start, k, func(ip *[net.IPv4len]byte) dns.A {
+			return dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: ip[:]}
+		})
 		return
 	}
+	m.Answer = appendAddressCopies(m.Answer, e.aaaa, start, k, func(ip *[net.IPv6len]byte) dns.AAAA {
+		return dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: ip[:]}
+	})
+}
+
+// appendAddressCopies appends to ans k records of the addresses ips, from
+// start on and around, made by rec from their own copy of the address: the
+// records and addresses are one new array, so nothing a writer does to the
+// reply reaches the snapshot.
+func appendAddressCopies[IP, T any, PT interface {
+	*T
+	dns.RR
+}](ans []dns.RR, ips []IP, start, k int, rec func(ip *IP) T) []dns.RR {
 	recs := make([]struct {
-		rr dns.AAAA
-		ip [net.IPv6len]byte
+		rr T
+		ip IP
 	}, k)
 	for i := range recs {
 		r := &recs[i]
-		r.ip = e.aaaa[(start+i)%n]
-		r.rr = dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: r.ip[:]}
-		m.Answer = append(m.Answer, &r.rr)
+		r.ip = ips[(start+i)%len(ips)]
+		r.rr = rec(&r.ip)
+		ans = append(ans, PT(&r.rr))
 	}
+	return ans
 }
 
 // appendCopies appends copies of k records of rrs, from start on and around,
