@@ -115,6 +115,25 @@ func (s *Server) SetCluster(cluster string, nodes ...Node) { s.zone.setCluster(c
 // and label.alias a CNAME to label.target; an empty target removes it.
 func (s *Server) SetAlias(alias, target string) { s.zone.setAlias(alias, target) }
 
+// HoldPrimary makes primary.CLUSTER keep naming n, a node that has left
+// the cluster's answer, while no node of the cluster is primary, with the
+// TXT record saying so ("state=held", "node=NAME"), as pgcluster does for
+// a bounded time after the primary's check fails. A cluster with one
+// primary again names it; ReleasePrimary ends the hold.
+func (s *Server) HoldPrimary(cluster string, n Node) { s.zone.hold(cluster, &n) }
+
+// ReleasePrimary ends HoldPrimary: with no primary, primary.CLUSTER has no
+// address and its TXT record says "state=none".
+func (s *Server) ReleasePrimary(cluster string) { s.zone.hold(cluster, nil) }
+
+// SetStateTXT tells whether primary.CLUSTER carries the TXT record of the
+// primary's state (the default), as pgcluster does: "state=serving" and
+// "node=NAME" with one primary, "state=held" and "node=NAME" while
+// HoldPrimary holds a node, "state=none" with none, "state=split_brain"
+// and "primaries=N" when N nodes claim to be primary. Off, the zone is
+// that of a pgcluster older than the record.
+func (s *Server) SetStateTXT(on bool) { s.zone.setState(on) }
+
 // SetTTL sets the TTL of every record, and the negative-caching TTL.
 func (s *Server) SetTTL(ttl uint32) { s.zone.setTTL(ttl) }
 

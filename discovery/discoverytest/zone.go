@@ -1,6 +1,7 @@
 package discoverytest
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strings"
@@ -32,8 +33,10 @@ type Node struct {
 //	_postgresql._tcp.<each of those>             SRV → NODE.C.Z, port
 //	NODE.C.Z                                     A/AAAA of the node
 //	ALIAS.Z, LABEL.ALIAS.Z                       CNAME → C.Z, LABEL.C.Z
+//	primary.C.Z                                  TXT: the primary's state
 //
-// primary.C.Z has no address while two nodes claim to be primary.
+// primary.C.Z has no address while two nodes claim to be primary, and
+// names a held node (see HoldPrimary) while none does.
 type zone struct {
 	origin string
 
@@ -41,7 +44,9 @@ type zone struct {
 	ttl      uint32
 	chase    bool
 	noGlue   bool
+	noState  bool
 	clusters map[string][]Node
+	held     map[string]Node
 	aliases  map[string]string
 	extra    []dns.RR
 	names    map[string]map[uint16][]dns.RR
@@ -53,6 +58,7 @@ func newZone(origin string) *zone {
 		ttl:      30,
 		chase:    true,
 		clusters: make(map[string][]Node),
+		held:     make(map[string]Node),
 		aliases:  make(map[string]string),
 	}
 	z.build()
@@ -79,7 +85,18 @@ func (z *zone) setAlias(alias, target string) {
 	})
 }
 
+func (z *zone) hold(cluster string, n *Node) {
+	z.update(func() {
+		if n == nil {
+			delete(z.held, cluster)
+		} else {
+			z.held[cluster] = *n
+		}
+	})
+}
+
 func (z *zone) setTTL(ttl uint32)     { z.update(func() { z.ttl = ttl }) }
+func (z *zone) setState(on bool)      { z.update(func() { z.noState = !on }) }
 func (z *zone) setChase(on bool)      { z.update(func() { z.chase = on }) }
 func (z *zone) setGlue(on bool)       { z.update(func() { z.noGlue = !on }) }
 func (z *zone) setExtra(rrs []dns.RR) { z.update(func() { z.extra = rrs }) }
@@ -109,17 +126,37 @@ func (z *zone) build() {
 			}
 			z.addAddr(dns.CanonicalName(n.Name+"."+cz), n.Addr.Addr())
 		}
-		if len(primaries) > 1 {
+		state := primaryState(primaries)
+		switch held, ok := z.held[cluster]; {
+		case len(primaries) > 1:
 			primaries = nil // split brain: nobody is the primary
+		case len(primaries) == 0 && ok:
+			primaries, state = []Node{held}, []string{"state=held", "node=" + held.Name}
+			z.addAddr(dns.CanonicalName(held.Name+"."+cz), held.Addr.Addr())
 		}
 		z.addSet(cz, cz, nodes)
 		z.addSet("primary."+cz, cz, primaries)
+		if !z.noState {
+			z.add(&dns.TXT{Hdr: z.hdr("primary."+cz, dns.TypeTXT), Txt: state})
+		}
 		z.addSet("standby."+cz, cz, standbys)
 		z.addSet("replica."+cz, cz, standbys)
 	}
 	for _, rr := range z.extra {
 		z.add(dns.Copy(rr)) // answers in flight still read the old copy
 	}
+}
+
+// primaryState is the TXT of primary.C.Z for the nodes that claim to be
+// primary, in the words pgcluster uses.
+func primaryState(primaries []Node) []string {
+	switch len(primaries) {
+	case 0:
+		return []string{"state=none"}
+	case 1:
+		return []string{"state=serving", "node=" + primaries[0].Name}
+	}
+	return []string{"state=split_brain", fmt.Sprintf("primaries=%d", len(primaries))}
 }
 
 // addSet publishes nodes at owner: their addresses and, one level down,
