@@ -45,24 +45,35 @@ func TestParseLSN(t *testing.T) {
 }
 
 func TestParseRow(t *testing.T) {
-	row := func(cols ...[]byte) []*pgconn.Result { return []*pgconn.Result{{Rows: [][][]byte{cols}}} }
+	row := func(cols ...string) []*pgconn.Result {
+		var bs [][]byte
+		for _, c := range cols {
+			if c == "NULL" {
+				bs = append(bs, nil)
+				continue
+			}
+			bs = append(bs, []byte(c))
+		}
+		return []*pgconn.Result{{Rows: [][][]byte{bs}}}
+	}
 	tests := []struct {
 		in   []*pgconn.Result
-		role string
-		wal  uint64
+		want result
 	}{
-		{row([]byte("f"), []byte("0/3000060")), RolePrimary, 0x3000060},
-		{row([]byte("t"), []byte("1/0")), RoleStandby, 1 << 32},
-		{row([]byte("t"), nil), RoleStandby, 0}, // a standby that has replayed nothing yet
+		{row("f", "0/3000060", "7", "7714602588950529522"), result{cause: CauseOK, role: RolePrimary, wal: 0x3000060, tl: 7, sysID: 7714602588950529522}},
+		{row("t", "1/0", "0", "1"), result{cause: CauseOK, role: RoleStandby, wal: 1 << 32, sysID: 1}},
+		{row("t", "NULL", "0", "5"), result{cause: CauseOK, role: RoleStandby, sysID: 5}}, // a standby that has replayed nothing yet
+		{row("f", "0/1", "4294967295", "-1"), result{cause: CauseOK, role: RolePrimary, wal: 1, tl: 1<<32 - 1, sysID: 1<<64 - 1}},
 	}
 	for _, tt := range tests {
-		role, wal, err := parseRow(tt.in)
-		if err != nil || role != tt.role || wal != tt.wal {
-			t.Errorf("parseRow(%q) = %q, %X, %v; want %q, %X", tt.in[0].Rows, role, wal, err, tt.role, tt.wal)
+		got, err := parseRow(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("parseRow(%q) = %+v, %v; want %+v", tt.in[0].Rows, got, err, tt.want)
 		}
 	}
-	for _, bad := range [][]*pgconn.Result{nil, row([]byte("f")), row([]byte("x"), nil), row([]byte("f"), []byte("zz"))} {
-		if _, _, err := parseRow(bad); err == nil {
+	for _, bad := range [][]*pgconn.Result{nil, row("f"), row("f", "0/1", "1"), row("x", "NULL", "1", "1"), row("f", "zz", "1", "1"),
+		row("f", "0/1", "4294967296", "1"), row("f", "0/1", "-1", "1"), row("f", "0/1", "1", "x"), row("f", "0/1", "NULL", "1")} {
+		if _, err := parseRow(bad); err == nil {
 			t.Errorf("parseRow(%v) succeeded, want an error", bad)
 		}
 	}

@@ -45,14 +45,24 @@ type worker struct {
 	t      Target
 	ctx    context.Context // cancelled when the target goes: cuts a probe in flight short
 	cancel context.CancelFunc
-	tr     tracker // used by one probe at a time
+	// trMu guards tr and probing: the ticks and the session's polls judge
+	// the target, and hand their progress to Shared in the order they made
+	// it.
+	trMu sync.Mutex
+	tr   tracker
 	// probing: the last tick probed (with Shared, a skipped tick clears it).
-	// Used by one probe at a time, like tr.
 	probing bool
 
 	mu      sync.Mutex
 	stopped bool
 	timer   *time.Timer
+	sess    *session       // the session of RoleInterval, nil when none is open
+	backoff sessionBackoff // before the next session
+	// urgent: the server ended the session; the next probe takes the
+	// target Down at once if the server refuses or says it is going.
+	urgent bool
+	// again: ProbeNow came while a tick ran: the next tick runs at once.
+	again bool
 }
 
 // New returns a Checker for cfg, with defaults applied to its zero fields.
@@ -183,25 +193,42 @@ func (r *run) stop(w *worker) {
 
 // tick runs one probe of w, judges it, reports, and arms the timer for the
 // next probe: Interval after this one started, or at once when this one took
-// longer. Never two in flight.
+// longer. Never two in flight. A probe that connected opens the session of
+// RoleInterval, where one may be kept; a tick that does not probe, and a
+// probe that failed, close it.
 func (c *Checker) tick(r *run, w *worker) {
 	if w.isStopped() {
 		r.wg.Done()
 		return
 	}
 	start := time.Now()
+	keep := false
 	if c.claim(w) {
+		urgent := w.takeUrgent()
 		res := c.probeOnce(w.ctx, w.t.Addr)
 		if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
 			if c.cfg.Observe != nil {
 				c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
 			}
-			changed, walMoved := w.tr.record(res, start)
-			if c.cfg.Shared != nil {
-				c.cfg.Shared.Record(w.t, w.tr.progress())
+			w.trMu.Lock()
+			var changed, walMoved bool
+			if urgent && going(res.cause) {
+				changed = w.tr.down(res, start)
+			} else {
+				changed, walMoved = w.tr.record(res, start)
 			}
-			c.report(r, w, w.tr.v, changed, walMoved)
+			c.recorded(r, w, changed, walMoved)
+			w.trMu.Unlock()
+			// A server that refuses new sessions with 57P03 may be waiting
+			// for every session to end (a smart shutdown): ours must not
+			// hold it up.
+			keep = res.cause == CauseOK && c.mayKeepSession(w)
 		}
+	}
+	if keep {
+		c.openSession(r, w)
+	} else {
+		w.closeSession()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -209,13 +236,38 @@ func (c *Checker) tick(r *run, w *worker) {
 		r.wg.Done()
 		return
 	}
-	w.timer.Reset(time.Until(start.Add(c.cfg.Interval)))
+	next := time.Until(start.Add(c.cfg.Interval))
+	if w.again {
+		next, w.again = 0, false
+	}
+	w.timer.Reset(next)
+}
+
+// recorded hands w's progress to Shared and reports its verdict. w.trMu is
+// held.
+func (c *Checker) recorded(r *run, w *worker, changed, walMoved bool) {
+	if c.cfg.Shared != nil {
+		c.cfg.Shared.Record(w.t, w.tr.progress())
+	}
+	c.report(r, w, w.tr.v, changed, walMoved)
+}
+
+// takeUrgent reports and clears w.urgent.
+func (w *worker) takeUrgent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	u := w.urgent
+	w.urgent = false
+	return u
 }
 
 // claim reports whether this tick probes w: always without Shared; with it,
 // when Shared says so, continuing from its seed when w was not probing.
 func (c *Checker) claim(w *worker) bool {
+	w.trMu.Lock()
+	defer w.trMu.Unlock()
 	if c.cfg.Shared == nil {
+		w.probing = true
 		return true
 	}
 	probe, seed := c.cfg.Shared.Claim(w.t)
@@ -230,10 +282,11 @@ func (c *Checker) claim(w *worker) bool {
 	return true
 }
 
-// ProbeNow probes the target key at once, unless a probe of it is in flight
-// or it is not a target of a running Run: with Shared, a checker that has
-// just been given a target calls it so that the target is not left unprobed
-// until its next tick.
+// ProbeNow probes the target key at once, or as soon as the probe in flight
+// ends, unless it is not a target of a running Run: with Shared, a checker
+// that has just been given a target calls it so that the target is not left
+// unprobed until its next tick; a session that ended calls it to learn at
+// once whether the server is going.
 func (c *Checker) ProbeNow(key string) {
 	c.mu.Lock()
 	var w *worker
@@ -246,8 +299,12 @@ func (c *Checker) ProbeNow(key string) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.stopped && w.timer.Stop() {
+	switch {
+	case w.stopped:
+	case w.timer.Stop():
 		w.timer.Reset(0)
+	default: // a tick runs or is about to: the next one follows it at once
+		w.again = true
 	}
 }
 

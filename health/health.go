@@ -72,6 +72,12 @@ const (
 	DefaultTimeout  = 1 * time.Second
 	DefaultRise     = 2
 	DefaultFall     = 2
+	// DefaultRoleInterval is how often the postgres check reads the role on
+	// the session it keeps open to a node it probes.
+	DefaultRoleInterval = 100 * time.Millisecond
+	// NoSessions, as Config.RoleInterval, keeps no session open: the role is
+	// read only by the probe of every Interval.
+	NoSessions time.Duration = -1
 )
 
 // maxDetail bounds Verdict.Detail, in bytes.
@@ -86,6 +92,13 @@ type Verdict struct {
 	// WAL is the LSN read by the last successful postgres probe: pg_current_wal_lsn() on a
 	// primary, pg_last_wal_replay_lsn() on a standby (0 when unknown / tcp).
 	WAL uint64
+	// Timeline is, for a primary, the timeline it writes WAL on (from its current WAL file's name:
+	// a promotion moves it at once, where a checkpoint's lags by minutes); 0 when unknown, for a
+	// standby and for tcp.
+	Timeline uint32
+	// SystemID is the server's database system identifier (pg_control_system()): servers made
+	// from one initdb (a primary and its standbys) share it. 0 when unknown and for tcp.
+	SystemID uint64
 	// Cause is a stable word (the Cause* constants): the last probe's failure while Down, "ok" while Up.
 	Cause string
 	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).
@@ -111,12 +124,23 @@ type Config struct {
 	Timeout  time.Duration // default 1s
 	Rise     int           // default 2
 	Fall     int           // default 2
+	// RoleInterval, for postgres: while this checker probes a node (and Shared, if set, allows a
+	// session: see Sessions), it keeps one session open to it and reads the role and timeline on
+	// it every RoleInterval, so that a promotion is seen within it and a server that shuts down,
+	// or dies, leaves at once: when the session ends, the node is probed again at once, and a
+	// refusal or a server saying it is going (SQLSTATE 57P01-57P03) takes it Down without waiting
+	// for Fall probes. Interval keeps its meaning for connecting anew (liveness, authentication,
+	// max_connections). Default 100ms; NoSessions keeps none open.
+	RoleInterval time.Duration
 	// ReportWAL: publish a new View when WAL positions moved (at most once per Interval), not only
 	// on verdict transitions. pgcluster sets it when max_lag is configured.
 	ReportWAL bool
 	// Observe, if set, is called after every probe (for metrics): check type, result cause, duration.
 	// It is called from the targets' goroutines, concurrently: it must be safe for concurrent use.
 	Observe func(check, cause string, d time.Duration)
+	// ObserveSession, if set, hears each session of RoleInterval opened (+1) and closed (-1), for
+	// a gauge of the sessions open. Called concurrently, like Observe.
+	ObserveSession func(delta int)
 	// Shared, if set, shares the checking of the targets with other checkers (a fleet): it says
 	// before each probe whether this checker probes the target, and hears every result.
 	Shared Shared
@@ -141,6 +165,14 @@ type Shared interface {
 	Record(t Target, p Progress)
 }
 
+// Sessions, when a Config.Shared implements it, says whether this checker may keep a session
+// open to t (see Config.RoleInterval): a fleet keeps one per node, held by the instance that
+// probes it for the fleet, and none while an instance checks everything itself. A Shared that
+// does not implement it gets no sessions.
+type Sessions interface {
+	KeepSession(t Target) bool
+}
+
 // validate applies the defaults and checks every field; errors name the field.
 func (cfg *Config) validate() error {
 	switch cfg.Check {
@@ -160,6 +192,11 @@ func (cfg *Config) validate() error {
 	}
 	if err := defaultDuration(&cfg.Timeout, DefaultTimeout, "Timeout"); err != nil {
 		return err
+	}
+	if cfg.RoleInterval != NoSessions {
+		if err := defaultDuration(&cfg.RoleInterval, DefaultRoleInterval, "RoleInterval"); err != nil {
+			return err
+		}
 	}
 	if err := defaultCount(&cfg.Rise, DefaultRise, "Rise"); err != nil {
 		return err

@@ -11,6 +11,8 @@ type result struct {
 	detail string // the error text on failure
 	role   string // postgres: RolePrimary or RoleStandby
 	wal    uint64 // postgres: the LSN read, 0 when NULL
+	tl     uint32 // postgres: a primary's timeline, 0 when unknown
+	sysID  uint64 // postgres: the system identifier, 0 when unknown
 }
 
 // failure makes the result of a failed probe, its detail bounded.
@@ -56,10 +58,10 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 		switch {
 		case t.v.State != Up && t.ok >= t.rise:
 			t.v.State, t.v.Role, t.v.Cause, t.v.Detail = Up, r.role, CauseOK, ""
+			t.v.Timeline, t.v.SystemID = r.tl, r.sysID
 			changed = true
-		case t.v.State == Up && t.v.Role != r.role:
-			t.v.Role = r.role
-			changed = true
+		case t.v.State == Up:
+			changed = t.identity(r)
 		}
 		return changed, walMoved
 	}
@@ -74,6 +76,48 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 		t.v.Cause, t.v.Detail = r.cause, r.detail
 	}
 	return changed, false
+}
+
+// identity takes the role, timeline and system identifier of a successful
+// probe or poll of a target that is Up, and reports whether they changed:
+// a promotion, or another server behind the same address. A poll reads no
+// system identifier (it cannot change under an open session): 0 keeps the
+// one known.
+func (t *tracker) identity(r result) bool {
+	sysID := r.sysID
+	if sysID == 0 {
+		sysID = t.v.SystemID
+	}
+	if t.v.Role == r.role && t.v.Timeline == r.tl && t.v.SystemID == sysID {
+		return false
+	}
+	t.v.Role, t.v.Timeline, t.v.SystemID = r.role, r.tl, sysID
+	return true
+}
+
+// poll applies what a session's role poll read at time at: a change of
+// role or timeline of a target that is Up counts at once, without rise (the
+// server itself says so on a session that was already judged). A target
+// not Up waits for its probes: a session says nothing of whether new
+// connections are accepted.
+func (t *tracker) poll(r result, at time.Time) (changed bool) {
+	if t.v.State != Up || !t.identity(r) {
+		return false
+	}
+	t.v.Last = at
+	return true
+}
+
+// down takes the target Down at once with the failure r, without waiting
+// for fall failed probes: the server said it is going (it shut down, or
+// refused the connect that followed a session it ended). It reports whether
+// the verdict changed.
+func (t *tracker) down(r result, at time.Time) (changed bool) {
+	t.v.Last = at
+	t.ok, t.fail = 0, t.fall
+	changed = t.v.State != Down || t.v.Cause != r.cause
+	t.v.State, t.v.Cause, t.v.Detail = Down, r.cause, r.detail
+	return changed
 }
 
 // progress returns the tracker's verdict and counters.

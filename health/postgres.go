@@ -13,54 +13,78 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// pgQuery reads the role and the WAL position in one round trip.
-const pgQuery = "SELECT pg_is_in_recovery(), CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END"
+// pgQuery reads, in one round trip and with pg_is_in_recovery() read once
+// (a primary cannot go back into recovery under a running query), the role,
+// the WAL position (pg_current_wal_lsn() on a primary,
+// pg_last_wal_replay_lsn() on a standby), a primary's timeline from its
+// current WAL file's name (a checkpoint's timeline lags a promotion by
+// minutes) and the system identifier.
+const pgQuery = `SELECT r,
+  CASE WHEN r THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
+  CASE WHEN r THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
+  (SELECT system_identifier FROM pg_control_system())
+FROM (SELECT pg_is_in_recovery() AS r) s`
 
 // postgresProbe returns the postgres check: connect to the target with opts
 // (the host and port are the target's; connect_timeout is timeout), read the
-// role and WAL position, close. The options are parsed at every probe, as
-// libpq does at every connect, so a changed passfile or certificate is used
-// from the next probe on.
+// role, WAL position, timeline and system identifier, close. The options are
+// parsed at every probe, as libpq does at every connect, so a changed
+// passfile or certificate is used from the next probe on.
 func postgresProbe(opts string, timeout time.Duration) probeFunc {
 	return func(ctx context.Context, addr netip.AddrPort) result {
-		host := addr.Addr().Unmap().String()
-		cfg, err := pgconn.ParseConfig(connString(opts, host, addr.Port()))
-		if err != nil {
-			return failure(CauseConfig, err)
-		}
-		cfg.ConnectTimeout = timeout
-		stage := stageNone
-		dial := cfg.DialFunc
-		cfg.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
-			conn, err := dial(ctx, network, address)
-			if err == nil {
-				stage = max(stage, stageDialed)
-			}
-			return conn, err
-		}
-		afterNet := cfg.AfterNetConnect
-		cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
-			stage = stageReady
-			if afterNet != nil {
-				return afterNet(ctx, cfg, conn)
-			}
-			return conn, nil
-		}
-		conn, err := pgconn.ConnectConfig(ctx, cfg)
-		if err != nil {
-			return result{cause: pgCause(err, stage), detail: bound(connectDetail(err))}
+		conn, res := pgConnect(ctx, opts, timeout, addr)
+		if conn == nil {
+			return res
 		}
 		defer conn.Close(ctx)
-		rows, err := conn.Exec(ctx, pgQuery).ReadAll()
-		if err != nil {
-			return failure(pgCause(err, stageReady), err)
-		}
-		role, wal, err := parseRow(rows)
-		if err != nil {
-			return failure(CauseProtocol, err)
-		}
-		return result{cause: CauseOK, role: role, wal: wal}
+		return pgRead(ctx, conn)
 	}
+}
+
+// pgRead runs pgQuery on conn.
+func pgRead(ctx context.Context, conn *pgconn.PgConn) result {
+	rows, err := conn.Exec(ctx, pgQuery).ReadAll()
+	if err != nil {
+		return failure(pgCause(err, stageReady), err)
+	}
+	res, err := parseRow(rows)
+	if err != nil {
+		return failure(CauseProtocol, err)
+	}
+	return res
+}
+
+// pgConnect opens a session to addr with opts, connect_timeout timeout. On
+// failure it returns nil and the failed result.
+func pgConnect(ctx context.Context, opts string, timeout time.Duration, addr netip.AddrPort) (*pgconn.PgConn, result) {
+	host := addr.Addr().Unmap().String()
+	cfg, err := pgconn.ParseConfig(connString(opts, host, addr.Port()))
+	if err != nil {
+		return nil, failure(CauseConfig, err)
+	}
+	cfg.ConnectTimeout = timeout
+	stage := stageNone
+	dial := cfg.DialFunc
+	cfg.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+		conn, err := dial(ctx, network, address)
+		if err == nil {
+			stage = max(stage, stageDialed)
+		}
+		return conn, err
+	}
+	afterNet := cfg.AfterNetConnect
+	cfg.AfterNetConnect = func(ctx context.Context, cfg *pgconn.Config, conn net.Conn) (net.Conn, error) {
+		stage = stageReady
+		if afterNet != nil {
+			return afterNet(ctx, cfg, conn)
+		}
+		return conn, nil
+	}
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, result{cause: pgCause(err, stage), detail: bound(connectDetail(err))}
+	}
+	return conn, result{cause: CauseOK}
 }
 
 // connectDetail is the text of a connect error without pgconn's prefix,
@@ -97,26 +121,46 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// parseRow reads pgQuery's one row: the role from pg_is_in_recovery() and
-// the LSN (0 when NULL).
-func parseRow(rs []*pgconn.Result) (role string, wal uint64, err error) {
-	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 2 {
-		return "", 0, errors.New("the role and WAL query did not return one row of two columns")
+// parseRow reads pgQuery's one row: the role from pg_is_in_recovery(), the
+// LSN (0 when NULL), the timeline (0 on a standby) and the system
+// identifier.
+func parseRow(rs []*pgconn.Result) (result, error) {
+	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 4 {
+		return result{}, errors.New("the role and WAL query did not return one row of four columns")
 	}
 	row := rs[0].Rows[0]
-	switch string(row[0]) {
+	res := result{cause: CauseOK}
+	var err error
+	if res.role, err = parseRole(row[0]); err != nil {
+		return result{}, err
+	}
+	if row[1] != nil {
+		if res.wal, err = parseLSN(string(row[1])); err != nil {
+			return result{}, err
+		}
+	}
+	tl, err := strconv.ParseInt(string(row[2]), 10, 64)
+	if err != nil || tl < 0 || tl > 1<<32-1 {
+		return result{}, fmt.Errorf("timeline %q is not a 32-bit number", row[2])
+	}
+	res.tl = uint32(tl)
+	id, err := strconv.ParseInt(string(row[3]), 10, 64)
+	if err != nil {
+		return result{}, fmt.Errorf("system identifier %q is not a bigint", row[3])
+	}
+	res.sysID = uint64(id)
+	return res, nil
+}
+
+// parseRole reads pg_is_in_recovery()'s text: t is a standby, f a primary.
+func parseRole(b []byte) (string, error) {
+	switch string(b) {
 	case "f":
-		role = RolePrimary
+		return RolePrimary, nil
 	case "t":
-		role = RoleStandby
-	default:
-		return "", 0, fmt.Errorf("pg_is_in_recovery() returned %q, not t or f", row[0])
+		return RoleStandby, nil
 	}
-	if row[1] == nil {
-		return role, 0, nil
-	}
-	wal, err = parseLSN(string(row[1]))
-	return role, wal, err
+	return "", fmt.Errorf("pg_is_in_recovery() returned %q, not t or f", b)
 }
 
 // parseLSN parses pg_lsn text, "X/Y" with X the high and Y the low 32 bits in hex.

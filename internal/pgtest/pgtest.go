@@ -289,6 +289,18 @@ func (p *Postgres) Stop() error {
 	return nil
 }
 
+// StopMode stops the server with pg_ctl's shutdown mode ("smart", "fast" or
+// "immediate") and waits until it has stopped: fast ends every session
+// with SQLSTATE 57P01 first; smart waits until every session has ended,
+// refusing new ones with 57P03 meanwhile.
+func (p *Postgres) StopMode(mode string) error {
+	out, err := p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-m", mode, "-w", "-t", "60", "stop")
+	if err != nil {
+		return fmt.Errorf("pg_ctl stop -m %s: %v: %s", mode, err, out)
+	}
+	return nil
+}
+
 // Close stops the server and removes its directory.
 func (p *Postgres) Close() {
 	p.run(filepath.Join(p.bin, "pg_ctl"), "-D", p.data(), "-m", "immediate", "-w", "stop")

@@ -1,0 +1,369 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+)
+
+// sessionConfig is a postgres check whose Interval is long, so that what a
+// test sees within a second comes from the session, not from the probes.
+func sessionConfig(open *atomic.Int32) Config {
+	return Config{Check: CheckPostgres, Options: pgOptions, Interval: 10 * time.Second, Timeout: 500 * time.Millisecond,
+		Rise: 1, Fall: 2, RoleInterval: 50 * time.Millisecond,
+		ObserveSession: func(d int) { open.Add(int32(d)) }}
+}
+
+// A standby's promotion is seen on the open session within a few role
+// polls, with its new timeline, long before the next probe; the system
+// identifier is the primary's.
+func TestSessionSeesPromotion(t *testing.T) {
+	primary := pgtest.New(t)
+	standby := pgtest.NewStandby(t, primary)
+	var open atomic.Int32
+	c := mustNew(t, sessionConfig(&open))
+	c.SetTargets([]Target{{"c/primary", pgAddr(primary)}, {"c/standby", pgAddr(standby)}})
+	rec, _ := start(t, c, 0)
+	p := rec.waitVerdict("c/primary", 10*time.Second, isState(Up, CauseOK))
+	s := rec.waitVerdict("c/standby", 10*time.Second, isState(Up, CauseOK))
+	if p.Role != RolePrimary || p.Timeline != 1 || p.SystemID == 0 {
+		t.Fatalf("primary verdict %+v: want role primary, timeline 1, a system identifier", p)
+	}
+	if s.Role != RoleStandby || s.Timeline != 0 || s.SystemID != p.SystemID {
+		t.Fatalf("standby verdict %+v: want role standby, no timeline, the primary's system identifier %d", s, p.SystemID)
+	}
+	waitSessions(t, &open, 2)
+
+	begun := time.Now()
+	if err := standby.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	returned := time.Since(begun)
+	v := rec.waitVerdict("c/standby", 5*time.Second, func(v Verdict, ok bool) error {
+		if v.Role != RolePrimary {
+			return fmt.Errorf("role %q, want primary", v.Role)
+		}
+		return nil
+	})
+	seen := time.Since(begun)
+	if v.Timeline != 2 || v.SystemID != p.SystemID {
+		t.Errorf("promoted verdict %+v: want timeline 2 and the system identifier %d", v, p.SystemID)
+	}
+	// The next probe is 10 s away: only the session can have seen it.
+	if seen > 5*time.Second {
+		t.Errorf("promotion seen %v after pg_ctl promote began, want well within the 10 s Interval", seen)
+	}
+	t.Logf("pg_ctl promote -w returned after %v; the checker saw the promotion after %v", returned.Round(time.Millisecond), seen.Round(time.Millisecond))
+}
+
+// A server shut down in fast mode ends every session with 57P01: the node is
+// probed again at once and leaves at once, without waiting for Fall probes
+// of a 10 s Interval.
+func TestSessionFastShutdownLeavesAtOnce(t *testing.T) {
+	pg := pgtest.New(t)
+	var open atomic.Int32
+	c := mustNew(t, sessionConfig(&open))
+	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+
+	begun := time.Now()
+	stopped := make(chan error, 1)
+	go func() { stopped <- pg.StopMode("fast") }()
+	v := rec.waitVerdict("c/pg", 5*time.Second, func(v Verdict, ok bool) error {
+		if v.State != Down {
+			return fmt.Errorf("%v/%s, want down", v.State, v.Cause)
+		}
+		return nil
+	})
+	took := time.Since(begun)
+	if !going(v.Cause) {
+		t.Errorf("down with cause %s (%s), want refused, shutting_down or starting_up", v.Cause, v.Detail)
+	}
+	if took > 5*time.Second {
+		t.Errorf("down %v after the stop began, want well within Fall x Interval (20 s)", took)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	waitSessions(t, &open, 0)
+	t.Logf("down (%s) %v after pg_ctl stop -m fast began", v.Cause, took.Round(time.Millisecond))
+}
+
+// Someone ends the monitoring session (pg_terminate_backend): the probe that
+// follows connects, nothing changes, and a new session opens.
+func TestSessionTerminatedChangesNothing(t *testing.T) {
+	pg := pgtest.New(t)
+	var open atomic.Int32
+	cfg := sessionConfig(&open)
+	cfg.Options += " application_name=pgcluster_session_test"
+	c := mustNew(t, cfg)
+	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+	_, before := rec.last()
+	pid := func() (n int) {
+		query(t, pg, func(conn *pgx.Conn) error {
+			return conn.QueryRow(context.Background(),
+				"SELECT coalesce(max(pid), 0) FROM pg_stat_activity WHERE application_name = 'pgcluster_session_test'").Scan(&n)
+		})
+		return n
+	}
+	first := pid()
+	if first == 0 {
+		t.Fatal("no session of the checker in pg_stat_activity")
+	}
+	query(t, pg, func(conn *pgx.Conn) error {
+		_, err := conn.Exec(context.Background(), "SELECT pg_terminate_backend($1)", first)
+		return err
+	})
+	err := pgtest.WaitFor(10*time.Second, func() error {
+		if n := pid(); n == 0 || n == first {
+			return fmt.Errorf("session pid %d, want a new one after %d was terminated", n, first)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, after := rec.last()
+	if v["c/pg"].State != Up || after != before {
+		t.Errorf("after the session was terminated: %d Views published (want %d), verdict %+v", after-before, 0, v["c/pg"])
+	}
+}
+
+// A smart shutdown waits for every session to end and refuses new ones with
+// 57P03: the probe that gets 57P03 closes the session, so the shutdown
+// completes.
+func TestSessionLetsSmartShutdownFinish(t *testing.T) {
+	pg := pgtest.New(t)
+	var open atomic.Int32
+	cfg := sessionConfig(&open)
+	cfg.Interval = 200 * time.Millisecond
+	c := mustNew(t, cfg)
+	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+	begun := time.Now()
+	if err := pg.StopMode("smart"); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitVerdict("c/pg", 10*time.Second, func(v Verdict, ok bool) error {
+		if v.State != Down {
+			return fmt.Errorf("%v/%s, want down", v.State, v.Cause)
+		}
+		return nil
+	})
+	waitSessions(t, &open, 0)
+	t.Logf("smart shutdown finished %v after it began", time.Since(begun).Round(time.Millisecond))
+}
+
+// A host that stops answering sends no reset: a poll that misses Timeout
+// counts as a failed probe and the node is probed again at once, so it
+// leaves within about two Timeouts, not Fall Intervals.
+func TestSessionPollTimeoutCounts(t *testing.T) {
+	pg := pgtest.New(t)
+	fz := newFreezer(t, pgAddr(pg))
+	var open atomic.Int32
+	cfg := sessionConfig(&open)
+	c := mustNew(t, cfg)
+	c.SetTargets([]Target{{"c/pg", fz.addr}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+	begun := time.Now()
+	fz.freeze()
+	v := rec.waitVerdict("c/pg", 10*time.Second, isState(Down, CauseTimeout))
+	took := time.Since(begun)
+	if took > 5*time.Second {
+		t.Errorf("down %v after the host froze, want about two Timeouts (%v each), well within Fall x Interval (20 s)", took, cfg.Timeout)
+	}
+	t.Logf("down (%s: %s) %v after the host froze", v.Cause, v.Detail, took.Round(time.Millisecond))
+	waitSessions(t, &open, 0)
+}
+
+// Sessions are kept only where they may be: not with NoSessions, not for a
+// Shared that does not implement Sessions, and with one that does, only
+// for the targets it allows.
+func TestSessionOnlyWhereAllowed(t *testing.T) {
+	pg := pgtest.New(t)
+	for _, tt := range []struct {
+		name   string
+		noSess bool
+		shared Shared
+		want   int32
+	}{
+		{"NoSessions", true, nil, 0},
+		{"Shared without Sessions", false, allShared{}, 0},
+		{"Sessions allows one", false, sessionShared{keep: "c/a"}, 1},
+		{"no Shared", false, nil, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var open, probes atomic.Int32
+			cfg := sessionConfig(&open)
+			cfg.Interval = 100 * time.Millisecond
+			cfg.Observe = func(string, string, time.Duration) { probes.Add(1) }
+			cfg.Shared = tt.shared
+			if tt.noSess {
+				cfg.RoleInterval = NoSessions
+			}
+			c := mustNew(t, cfg)
+			c.SetTargets([]Target{{"c/a", pgAddr(pg)}, {"c/b", pgAddr(pg)}})
+			rec, stop := start(t, c, 0)
+			rec.waitVerdict("c/a", 10*time.Second, isState(Up, CauseOK))
+			rec.waitVerdict("c/b", 10*time.Second, isState(Up, CauseOK))
+			waitSessions(t, &open, tt.want)
+			// Several more probes of each: the count stays.
+			n := probes.Load()
+			err := pgtest.WaitFor(5*time.Second, func() error {
+				if probes.Load() < n+6 {
+					return errors.New("waiting for more probes")
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := open.Load(); got != tt.want {
+				t.Errorf("%d sessions open, want %d", got, tt.want)
+			}
+			stop()
+			waitSessions(t, &open, 0)
+		})
+	}
+}
+
+// allShared probes every target and allows no session (it does not
+// implement Sessions).
+type allShared struct{}
+
+func (allShared) Claim(Target) (bool, Progress) { return true, Progress{} }
+func (allShared) Record(Target, Progress)       {}
+
+// sessionShared probes every target and allows a session to keep only.
+type sessionShared struct{ keep string }
+
+func (sessionShared) Claim(Target) (bool, Progress) { return true, Progress{} }
+func (sessionShared) Record(Target, Progress)       {}
+func (s sessionShared) KeepSession(t Target) bool   { return t.Key == s.keep }
+
+// waitSessions waits until n sessions are open.
+func waitSessions(t testing.TB, open *atomic.Int32, n int32) {
+	t.Helper()
+	err := pgtest.WaitFor(10*time.Second, func() error {
+		if got := open.Load(); got != n {
+			return fmt.Errorf("%d sessions open, want %d", got, n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freezer forwards TCP connections to a server until freeze, after which
+// it forwards nothing more either way and closes nothing: a host that
+// stopped answering.
+type freezer struct {
+	addr   netip.AddrPort
+	gate   sync.RWMutex // write-held once frozen
+	mu     sync.Mutex
+	frozen bool
+}
+
+func newFreezer(t testing.TB, to netip.AddrPort) *freezer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &freezer{addr: ln.Addr().(*net.TCPAddr).AddrPort()}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		conns = append(conns, c)
+		mu.Unlock()
+	}
+	wg.Go(func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			out, err := net.Dial("tcp", to.String())
+			if err != nil {
+				in.Close()
+				continue
+			}
+			track(in)
+			track(out)
+			wg.Go(func() { f.copy(out, in) })
+			wg.Go(func() { f.copy(in, out) })
+		}
+	})
+	t.Cleanup(func() {
+		ln.Close()
+		f.mu.Lock()
+		if f.frozen {
+			f.gate.Unlock()
+			f.frozen = false
+		}
+		f.mu.Unlock()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return f
+}
+
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.frozen {
+		f.gate.Lock()
+		f.frozen = true
+	}
+}
+
+// copy forwards src to dst, each write waiting while frozen.
+func (f *freezer) copy(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			f.gate.RLock()
+			_, werr := dst.Write(buf[:n])
+			f.gate.RUnlock()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				dst.Close()
+			}
+			return
+		}
+	}
+}
