@@ -248,6 +248,17 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 	return true, health.Progress{}
 }
 
+// KeepSession implements health.Sessions: the checker keeps a session open
+// to t only while this instance holds t's lease for the fleet, so that the
+// fleet keeps one session per node. In local mode every instance probes
+// every node; sessions there would multiply by the number of instances
+// (max_connections is 100 by default).
+func (c *Coordinator) KeepSession(t health.Target) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mode == ModeCoordinated && c.held[t.Key]
+}
+
 // probes reports whether this instance probes key at addr. c.mu is held.
 func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
 	return c.mode == ModeLocal || c.held[key] || !c.covered(key, addr)
@@ -665,4 +676,7 @@ func (c *Coordinator) observeLeases() {
 	c.observe(func(o Observer) { o.Leases(n) })
 }
 
-var _ health.Shared = (*Coordinator)(nil)
+var (
+	_ health.Shared   = (*Coordinator)(nil)
+	_ health.Sessions = (*Coordinator)(nil)
+)
