@@ -1,0 +1,345 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+)
+
+// BenchmarkSwitchover measures how long an application cannot write while
+// its PostgreSQL primary changes, through pgcluster and, in the same run,
+// through libpq's multi-host string, on three real PostgreSQL servers in
+// streaming replication checked by a fleet of three bin/coredns instances
+// (check postgres, the default interval, rise 2, fall 2, TTL 1 s, checks
+// shared through Redis).
+//
+// Two writers commit an INSERT every 10 ms, each recording when every
+// attempt started and ended and which server took it: a discovery.Pool on
+// primary.local, and a pgxpool on host=a,b,c target_session_attrs=read-write.
+// A poller per instance asks primary.local every 10 ms. The rounds
+// alternate a planned switchover (pg_ctl stop -m fast of the primary and
+// pg_ctl promote -w of a standby, started together) and an unplanned one
+// (SIGKILL of the primary's postmaster, a standby promoted 1 s later); the
+// promoted standby is each node in turn. After each round the old primary
+// is made a standby of the new one (a fresh pg_basebackup at its address
+// and port), the other standby follows the new primary (or is rebuilt too),
+// and the next round waits until the rig is steady again. A last round
+// promotes a standby while the primary keeps running (split brain).
+//
+// Per round and writer: the outage (the last acknowledgement before the
+// first one by the new primary, to that one), the first acknowledgement by
+// the new primary after pg_ctl promote -w returned (negative when earlier),
+// and failed attempts; per round, from the promotion to every instance
+// naming the new primary, and the answers of primary.local that had no
+// address (NODATA) or named a server that was not the primary of record.
+// A write acknowledged by a server that was not the primary of record
+// (switchoverRecord) at any moment of its attempt is a wrong write.
+//
+// SWITCHOVER_ROUNDS sets the number of rounds of each kind (default 10),
+// SWITCHOVER_INTERVAL the fleet's check interval (default: the Corefile's
+// default, 2s). b.N is ignored: one run is one measurement.
+//
+//	go test -run '^$' -bench Switchover -benchtime 1x -timeout 30m ./test/
+func BenchmarkSwitchover(b *testing.B) {
+	rounds := 10
+	if v := os.Getenv("SWITCHOVER_ROUNDS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 100 {
+			b.Fatalf("SWITCHOVER_ROUNDS=%q: want a number of rounds of each kind from 1 to 100", v)
+		}
+		rounds = n
+	}
+	interval := os.Getenv("SWITCHOVER_INTERVAL")
+	if interval != "" {
+		if _, err := time.ParseDuration(interval); err != nil {
+			b.Fatalf("SWITCHOVER_INTERVAL=%q: want a duration (%v)", interval, err)
+		}
+	}
+	begun := time.Now()
+	s := &switchoverRun{rig: startSwitchoverRig(b, interval), record: &switchoverRecord{}}
+	s.record.begin(0, begun)
+	s.start(b)
+	fmt.Printf("switchover: rig ready in %v; check postgres, interval %s, rise 2, fall 2, ttl 1, 3 instances sharing checks through Redis\n",
+		time.Since(begun).Round(time.Millisecond), switchoverOr(interval, "2s (default)"))
+	fmt.Println(switchoverRoundHeader)
+
+	var results []switchoverRound
+	failedInARow := 0
+	for i := range 2 * rounds {
+		kind := switchoverPlanned
+		if i%2 == 1 {
+			kind = switchoverUnplanned
+		}
+		var res switchoverRound
+		if failedInARow >= switchoverMaxFailedInARow || time.Since(begun) > switchoverBudget {
+			res = switchoverRound{kind: kind, n: i/2 + 1, from: -1, to: -1,
+				cause: fmt.Sprintf("not run: %d rounds failed in a row, or the run passed its budget of %v", failedInARow, switchoverBudget)}
+		} else {
+			res = s.round(kind, i/2+1)
+			s.analyse(&res)
+		}
+		if res.cause != "" {
+			failedInARow++
+		} else {
+			failedInARow = 0
+		}
+		fmt.Println(res.line())
+		results = append(results, res)
+	}
+	var split switchoverRound
+	if failedInARow >= switchoverMaxFailedInARow {
+		split = switchoverRound{kind: switchoverSplit, from: -1, to: -1, cause: "not run: the rig was broken"}
+	} else {
+		split = s.splitBrain()
+		s.analyseSplit(&split)
+	}
+	s.stop()
+	wrong, wrongSplit := s.wrongWrites(split.fault)
+	s.report(b, results, split, wrong, wrongSplit)
+}
+
+// Bounds of the run as a whole.
+const (
+	// switchoverMaxFailedInARow failed rounds end the rounds: the rig
+	// cannot be trusted any more.
+	switchoverMaxFailedInARow = 3
+	// switchoverBudget is how long rounds keep starting (go test's
+	// -timeout is 30m in make bench).
+	switchoverBudget = 20 * time.Minute
+	// switchoverRoundTimeout bounds the wait, after a promotion, for every
+	// instance to name the new primary and both writers to write to it.
+	switchoverRoundTimeout = 60 * time.Second
+	// switchoverCrashDelay is how long after a crash the standby is promoted.
+	switchoverCrashDelay = time.Second
+	// switchoverSplitWatch is how long the split-brain round keeps writing
+	// after every instance stopped naming a primary.
+	switchoverSplitWatch = 3 * time.Second
+)
+
+func switchoverOr(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+// switchoverRun is the rig with its load.
+type switchoverRun struct {
+	rig     *switchoverRig
+	record  *switchoverRecord
+	writers []*switchoverWriter
+	pollers []*switchoverPoller
+	done    chan struct{}
+	wg      sync.WaitGroup
+	stopped sync.Once
+}
+
+// start starts the writers and the pollers, stopped by stop (or when the
+// benchmark ends), and waits until both writers write to the primary.
+func (s *switchoverRun) start(b *testing.B) {
+	s.writers = newSwitchoverWriters(b, s.rig)
+	s.done = make(chan struct{})
+	for _, w := range s.writers {
+		s.wg.Go(func() { w.run(s.done, s.rig.nodeOf) })
+	}
+	for _, in := range s.rig.ins {
+		p := &switchoverPoller{addr: in.Addr()}
+		s.pollers = append(s.pollers, p)
+		s.wg.Go(func() { p.run(s.done, s.rig.nodeOf) })
+	}
+	b.Cleanup(s.stop) // before the pools close: cleanups run last first
+	from := time.Now()
+	if err := s.writing(s.rig.primary, from, 30*time.Second); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// stop stops the writers and the pollers; a second call does nothing.
+func (s *switchoverRun) stop() {
+	s.stopped.Do(func() { close(s.done) })
+	s.wg.Wait()
+}
+
+// writing waits until every writer has had a write acknowledged by node
+// after from.
+func (s *switchoverRun) writing(node int, from time.Time, timeout time.Duration) error {
+	return pgtest.WaitFor(timeout, func() error {
+		for _, w := range s.writers {
+			if !w.ackedOn(node, from) {
+				return fmt.Errorf("the %s writer has no write acknowledged by %s", w.name, s.rig.nodes[node].name)
+			}
+		}
+		return nil
+	})
+}
+
+// named waits until every poller has had an answer naming node alone,
+// sent after from.
+func (s *switchoverRun) named(node int, from time.Time, timeout time.Duration) error {
+	return pgtest.WaitFor(timeout, func() error {
+		for _, p := range s.pollers {
+			if !p.hasAnswer(from, func(a switchoverAnswer) bool { return a.nodes == 1<<node }) {
+				return fmt.Errorf("instance %s has not named %s the primary", p.addr, s.rig.nodes[node].name)
+			}
+		}
+		return nil
+	})
+}
+
+// round runs one planned or unplanned switchover, from the primary of
+// record to the next node, and restores the rig.
+func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
+	r := s.rig
+	res := switchoverRound{kind: kind, n: n, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
+	if err := r.steady(switchoverSteadyTimeout); err != nil {
+		res.cause = "the rig was not steady before the round: " + err.Error()
+		return res
+	}
+	if err := s.writing(r.primary, time.Now(), 10*time.Second); err != nil {
+		res.cause = "before the round: " + err.Error()
+		return res
+	}
+	old, next := r.nodes[res.from], r.nodes[res.to]
+	var err error
+	switch kind {
+	case switchoverPlanned:
+		err = s.planned(&res, old, next)
+	case switchoverUnplanned:
+		err = s.crash(&res, old, next)
+	}
+	if err != nil {
+		// Without a new primary there is nothing to restore.
+		res.cause = err.Error()
+		res.restored = time.Now()
+		return res
+	}
+	r.primary = res.to
+	// The figures are measured from what the load recorded: wait until it
+	// has seen the change, then restore the rig.
+	werr := s.writing(res.to, res.fault, switchoverRoundTimeout)
+	nerr := s.named(res.to, res.fault, switchoverRoundTimeout)
+	if err := errors.Join(werr, nerr); err != nil {
+		res.cause = fmt.Sprintf("%v after the promotion: %v", switchoverRoundTimeout, err)
+	}
+	third := r.nodes[3-res.from-res.to]
+	how, ferr := r.follow(third)
+	res.restore = old.name + " rebuilt, " + third.name + " " + how
+	if ferr == nil {
+		ferr = r.rebuild(old)
+	}
+	if ferr == nil {
+		ferr = r.steady(switchoverSteadyTimeout)
+	}
+	res.restored = time.Now()
+	if ferr != nil && res.cause == "" {
+		res.cause = "restoring the rig: " + ferr.Error()
+	}
+	return res
+}
+
+// planned stops old (pg_ctl stop -m fast) and promotes next (pg_ctl
+// promote -w), both started at once.
+func (s *switchoverRun) planned(res *switchoverRound, old, next *switchoverNode) error {
+	var (
+		wg               sync.WaitGroup
+		stopErr, promErr error
+		stopped          time.Time
+	)
+	start := make(chan struct{})
+	wg.Go(func() {
+		<-start
+		stopErr = old.stopFast()
+		stopped = time.Now()
+	})
+	wg.Go(func() {
+		<-start
+		promErr = next.pg.Promote()
+		res.promoted = time.Now()
+	})
+	res.fault = time.Now()
+	res.ordered = res.fault
+	s.record.begin(res.to, res.ordered)
+	close(start)
+	wg.Wait()
+	s.record.end(res.from, stopped)
+	res.stopped = stopped
+	return errors.Join(stopErr, promErr)
+}
+
+// crash kills old's postmaster and promotes next switchoverCrashDelay later.
+func (s *switchoverRun) crash(res *switchoverRound, old, next *switchoverNode) error {
+	res.fault = time.Now()
+	err := old.kill()
+	res.stopped = time.Now()
+	s.record.end(res.from, res.stopped)
+	if err != nil {
+		return err
+	}
+	time.Sleep(time.Until(res.fault.Add(switchoverCrashDelay))) // the fault scenario's delay, not a wait for a condition
+	res.ordered = time.Now()
+	s.record.begin(res.to, res.ordered)
+	err = next.pg.Promote()
+	res.promoted = time.Now()
+	return err
+}
+
+// splitBrain promotes the next node while the primary keeps running and
+// accepting writes, and watches the writers until every instance has
+// stopped naming a primary and switchoverSplitWatch more. The rig is left
+// as it is: the run ends.
+func (s *switchoverRun) splitBrain() switchoverRound {
+	r := s.rig
+	res := switchoverRound{kind: switchoverSplit, n: 1, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
+	if err := r.steady(switchoverSteadyTimeout); err != nil {
+		res.cause = "the rig was not steady before the round: " + err.Error()
+		return res
+	}
+	if err := s.writing(r.primary, time.Now(), 10*time.Second); err != nil {
+		res.cause = "before the round: " + err.Error()
+		return res
+	}
+	res.fault = time.Now()
+	res.ordered = res.fault
+	s.record.end(res.from, res.ordered)
+	s.record.begin(res.to, res.ordered)
+	err := r.nodes[res.to].pg.Promote()
+	res.promoted = time.Now()
+	if err != nil {
+		res.cause = err.Error()
+		res.restored = time.Now()
+		return res
+	}
+	err = pgtest.WaitFor(switchoverRoundTimeout, func() error {
+		for _, p := range s.pollers {
+			if !p.hasAnswer(res.promoted, func(a switchoverAnswer) bool { return a.nodata }) {
+				return fmt.Errorf("instance %s still names a primary", p.addr)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		res.cause = "split brain never seen: " + err.Error()
+	}
+	<-time.After(switchoverSplitWatch) // the observation window after it was seen
+	res.restored = time.Now()
+	return res
+}
+
+// hasAnswer reports whether the poller has an answer sent after from that
+// satisfies ok.
+func (p *switchoverPoller) hasAnswer(from time.Time, ok func(switchoverAnswer) bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := len(p.answers) - 1; i >= 0 && p.answers[i].sent.After(from); i-- {
+		if ok(p.answers[i]) {
+			return true
+		}
+	}
+	return false
+}
