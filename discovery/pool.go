@@ -2,21 +2,12 @@ package discovery
 
 import (
 	"context"
-	"errors"
-	"net"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// sqlStateReadOnly is read_only_sql_transaction: a write reached a standby,
-// typically through a connection opened to a primary since demoted.
-const sqlStateReadOnly = "25006"
-
-// errConnLost is reported to the Watcher when a pooled connection broke.
-var errConnLost = errors.New("discovery: pooled connection lost")
 
 // Pool is a pgxpool.Pool whose connections follow the DNS answer for its
 // host, kept current by a Watcher:
@@ -25,16 +16,21 @@ var errConnLost = errors.New("discovery: pooled connection lost")
 //     without asking DNS on the connect path;
 //   - a connection whose node left the answer is never handed out again
 //     (PrepareConn), is closed when released (AfterRelease), and when idle
-//     is closed as soon as the Watcher sees the node leave (OnEvent);
-//   - a failed connection attempt, a connection that broke, and an error
-//     with SQLSTATE 25006 (read_only_sql_transaction: the node is no longer
-//     the primary) make the Watcher resolve again at once; the connection
-//     that got 25006 is closed, and new connections wait for that
-//     resolution instead of going back to the old primary.
+//     is closed as soon as the Watcher sees the node leave;
+//   - an error of a switchover (SQLSTATE 57P01, 57P02, 57P03, 25006; a
+//     connection to the primary refused, reset or lost) makes the Watcher
+//     resolve again at once, then at MinWatchInterval while they go on (see
+//     Watcher.ReportError); the connection that got it is closed, and new
+//     connections wait for that resolution instead of going back to the
+//     old primary; other failed connection attempts make it resolve again
+//     within MinInterval.
 //
 // Point the pool at primary.CLUSTER for writes: after a failover the old
 // primary leaves that answer, its connections are closed and new ones reach
-// the new primary. Point it at CLUSTER or standby.CLUSTER for reads.
+// the new primary. Between the old primary leaving and DNS naming the new
+// one, such a pool tries the cluster's serving nodes and keeps the one that
+// takes writes (WatchOptions.ReadWriteFallback). Point it at CLUSTER or
+// standby.CLUSTER for reads.
 type Pool struct {
 	*pgxpool.Pool
 	watcher *Watcher
@@ -52,16 +48,14 @@ func (c *Client) NewPool(ctx context.Context, connString string, opts WatchOptio
 
 // NewPoolWithConfig watches cfg's host and returns a pool wired to the
 // Watcher as Pool describes. The hooks already in cfg (DialFunc, OnPgError,
-// PrepareConn or BeforeAcquire, AfterRelease, BeforeClose) still run. ctx
+// ValidateConnect, Tracer, PrepareConn or BeforeAcquire, AfterRelease,
+// BeforeClose) still run. ctx
 // bounds the first resolution, which must succeed, and pgxpool's own start.
 func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts WatchOptions) (*Pool, error) {
 	var pool atomic.Pointer[pgxpool.Pool]
-	onEvent := opts.OnEvent
-	opts.OnEvent = func(e Event) {
-		if onEvent != nil {
-			onEvent(e)
-		}
-		if p := pool.Load(); p != nil && e.Kind == Removed && !e.Primary {
+	opts.readWrite = true
+	opts.onServeLost = func() {
+		if p := pool.Load(); p != nil {
 			closeIdle(p)
 		}
 	}
@@ -93,10 +87,14 @@ func wirePool(cfg *pgxpool.Config, w *Watcher) {
 	cc := &cfg.ConnConfig.Config
 	cc.LookupFunc = w.LookupFunc()
 	cc.DialFunc = w.DialFunc(cc.DialFunc)
+	if w.readWrite {
+		cc.ValidateConnect = w.validateConnect(cc.ValidateConnect)
+	}
+	cfg.ConnConfig.Tracer = withConnectReporter(cfg.ConnConfig.Tracer, w)
 	onPgError := cc.OnPgError
 	cc.OnPgError = func(pc *pgconn.PgConn, pe *pgconn.PgError) bool {
 		keep := onPgError == nil || onPgError(pc, pe)
-		if pe.Code == sqlStateReadOnly {
+		if w.classify(pe).switchover {
 			w.ReportError(pe)
 			return false
 		}
@@ -125,8 +123,9 @@ func wirePool(cfg *pgxpool.Config, w *Watcher) {
 
 	beforeClose := cfg.BeforeClose
 	cfg.BeforeClose = func(conn *pgx.Conn) {
-		if conn.IsClosed() {
-			w.ReportError(errConnLost) // it broke before the pool let it go
+		if conn.IsClosed() { // it broke before the pool let it go
+			addr, _ := remoteAddr(conn.PgConn().Conn())
+			w.ReportError(&connLost{addr: addr})
 		}
 		if beforeClose != nil {
 			beforeClose(conn)
@@ -134,14 +133,16 @@ func wirePool(cfg *pgxpool.Config, w *Watcher) {
 	}
 }
 
-// serves reports whether conn goes to a node in the current answer. A
-// connection that is not over TCP is not the Watcher's to judge.
+// serves reports whether conn goes to a node the Pool keeps connections
+// to: one in the current answer or, during the read-write fallback, one of
+// the cluster's serving nodes. A connection that is not over TCP is not
+// the Watcher's to judge.
 func (w *Watcher) serves(conn *pgx.Conn) bool {
-	addr, ok := conn.PgConn().Conn().RemoteAddr().(*net.TCPAddr)
+	addr, ok := remoteAddr(conn.PgConn().Conn())
 	if !ok {
 		return true
 	}
-	return w.Contains(addr.AddrPort())
+	return w.served(w.view.Load())[addr]
 }
 
 // closeIdle closes the idle connections to nodes that left: acquiring them

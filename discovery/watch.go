@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/miekg/dns"
 )
 
@@ -22,18 +21,23 @@ var ErrClosed = errors.New("discovery: watcher closed")
 // for it, and when the answer for the primary's name changes. A failed
 // resolution keeps the previous answer. It is safe for concurrent use.
 type Watcher struct {
-	c        *Client
-	name     string
-	primary  string
-	port     uint16
-	fallback uint16
-	opts     WatchOptions
+	c         *Client
+	name      string
+	primary   string
+	port      uint16
+	fallback  uint16
+	opts      WatchOptions
+	writer    bool   // name is primary.CLUSTER
+	readWrite bool   // a Pool checks fallback connections read-write
+	cluster   string // the serving nodes of name's cluster, for the fallback
 
-	view   atomic.Pointer[view]
-	nudges chan Reason
-	cancel context.CancelFunc
-	done   chan struct{}
-	ranks  memo[struct{}, Ranking]
+	view       atomic.Pointer[view]
+	nudges     chan Reason
+	urgent     chan Reason  // a resolution at the floor, see urge
+	hurryUntil atomic.Int64 // Unix nanoseconds, see hurrying
+	cancel     context.CancelFunc
+	done       chan struct{}
+	ranks      memo[struct{}, Ranking]
 
 	mu       sync.Mutex
 	started  uint64        // resolutions of the name begun
@@ -48,6 +52,13 @@ type view struct {
 	answer  Answer
 	set     map[netip.AddrPort]bool
 	primary Answer
+	// state is the primary's state read with answer, when the Watcher
+	// serves a Pool's read-write fallback.
+	state PrimaryState
+	// fallback holds the cluster's serving nodes while state calls for
+	// the fallback.
+	fallback    Answer
+	fallbackSet map[netip.AddrPort]bool
 }
 
 // Watch resolves name and keeps it current until Close. ctx bounds only the
@@ -76,16 +87,21 @@ func (c *Client) watch(ctx context.Context, name string, port, fallback uint16, 
 		port:     port,
 		fallback: fallback,
 		opts:     opts,
+		writer:   isWriterName(name),
 		nudges:   make(chan Reason, 1),
+		urgent:   make(chan Reason, 1),
 		done:     make(chan struct{}),
 		progress: make(chan struct{}),
 	}
 	w.primary = opts.primaryName(w.name)
-	ans, err := w.resolve(ctx, w.name)
+	w.readWrite = w.writer && opts.readWrite && opts.ReadWriteFallback == ReadWriteFallbackOn
+	w.cluster = clusterOf(w.name)
+	ans, st, err := w.resolveName(ctx)
 	if err != nil {
 		return nil, err
 	}
-	v := &view{answer: ans, set: setOf(ans)}
+	v := &view{answer: ans, set: setOf(ans), state: st}
+	v.fallback, v.fallbackSet = w.resolveFallback(ctx, st, nil)
 	var perr error
 	if w.primary != "" {
 		v.primary, perr = w.resolve(ctx, w.primary)
@@ -116,6 +132,11 @@ func (w *Watcher) Answer() Answer { return w.view.Load().answer }
 func (w *Watcher) Candidates() []Candidate {
 	return append([]Candidate(nil), w.view.Load().answer.Candidates...)
 }
+
+// PrimaryState returns the primary's state as pgcluster's TXT record last
+// said it. It is read only for a Pool of primary.CLUSTER with the
+// read-write fallback on; otherwise it is PrimaryUnknown.
+func (w *Watcher) PrimaryState() PrimaryState { return w.view.Load().state }
 
 // Primary returns the current answer for the primary's name; it is empty
 // when the primary is not watched.
@@ -149,32 +170,59 @@ func (w *Watcher) Rank(ctx context.Context) (Ranking, error) {
 
 // ReportError tells the Watcher that using one of its candidates failed
 // (a connection error, a read-only primary): it forgets its ranking and
-// resolves again as soon as MinInterval allows. A nil err is ignored.
+// resolves again, as soon as MinInterval allows for most errors, and
+// sooner for those of a switchover:
 //
-// An error with SQLSTATE 25006 (read_only_sql_transaction) means the answer
-// itself is out of date — the node is no longer the primary, and a probe
-// cannot tell — so until that resolution completes, LookupFunc waits for it
-// rather than send new connections back to the node.
+//   - SQLSTATE 57P01, 57P02, 57P03 (the server shuts down, crashed, or
+//     cannot take connections now) and 25006 (read_only_sql_transaction:
+//     no longer the primary);
+//   - about the primary (the watched name is primary.CLUSTER, or the
+//     error names an address of the primary's answer): a connection
+//     refused, reset or cut short (EOF), a pooled connection lost, a
+//     server found read-only, or no reachable address.
+//
+// The first resolution for such an error goes out at once, unless one went
+// out less than MinWatchInterval ago; while they keep coming, and for
+// hurryFor (5 s) after the last, the Watcher resolves at MinWatchInterval,
+// also when the answer has no address. However many connections report
+// errors, it resolves at most once per MinWatchInterval. A nil err is
+// ignored.
+//
+// The SQLSTATEs above mean the answer itself is out of date — the node is
+// leaving or no longer the primary, and a probe cannot tell — so until that
+// resolution completes, LookupFunc waits for it rather than send new
+// connections back to the node.
 func (w *Watcher) ReportError(err error) {
 	if err == nil {
 		return
 	}
-	if pe, ok := errors.AsType[*pgconn.PgError](err); ok && pe.Code == sqlStateReadOnly {
+	kind := w.classify(err)
+	if kind.stale {
 		w.mu.Lock()
 		w.stale = max(w.stale, w.started+1)
 		w.mu.Unlock()
 	}
 	w.ranks.reset()
+	if kind.switchover {
+		w.urge(ReasonError)
+		return
+	}
 	w.nudge(ReasonError)
 }
 
 // Refresh resolves the name again and waits for the outcome, which it
-// returns; on failure the previous answer is kept.
+// returns; on failure the previous answer is kept. During a switchover
+// (see ReportError) the resolution goes out at MinWatchInterval, otherwise
+// at MinInterval after the last one.
 func (w *Watcher) Refresh(ctx context.Context) error {
 	w.mu.Lock()
 	target := w.started + 1
 	w.mu.Unlock()
-	w.nudge(ReasonRefresh)
+	if w.hurrying() {
+		w.signalUrgent(ReasonRefresh)
+	} else {
+		w.nudge(ReasonRefresh)
+	}
 	resErr, err := w.await(ctx, target)
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 	now := time.Now()
 	last := now
 	mainIn, mainWhy := w.opts.next(v.answer.TTL, 0)
+	mainIn = w.soon(v, mainIn)
 	primIn, _ := w.opts.next(v.primary.TTL, primFails)
 	nextMain, nextPrim := now.Add(mainIn), now.Add(primIn)
 	for {
@@ -49,33 +50,46 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 		}
 		if doMain {
 			mainFails = fails(mainFails, w.resolveMain(ctx, why))
-			mainIn, mainWhy = w.opts.next(w.view.Load().answer.TTL, mainFails)
+			v := w.view.Load()
+			mainIn, mainWhy = w.opts.next(v.answer.TTL, mainFails)
+			if mainFails == 0 {
+				mainIn = w.soon(v, mainIn)
+			}
 			last, nextMain = now, now.Add(mainIn)
 		}
 	}
 }
 
-// wait blocks until due or a nudge, which it returns (0 for due); a nudge is
-// held back until MinInterval after the last resolution. It returns false
-// when ctx ends.
+// wait blocks until due or a nudge, which it returns (0 for due). A nudge
+// is held back until MinInterval after the last resolution, an urgent one
+// (see urge) until MinWatchInterval after it, also when it comes while a
+// nudge is held back. It returns false when ctx ends.
 func (w *Watcher) wait(ctx context.Context, due, last time.Time) (Reason, bool) {
 	t := time.NewTimer(time.Until(due))
 	defer t.Stop()
 	var r Reason
+	hold := w.opts.MinInterval
 	select {
 	case <-ctx.Done():
 		return 0, false
 	case <-t.C:
 		return 0, true
 	case r = <-w.nudges:
+	case r = <-w.urgent:
+		hold = MinWatchInterval
 	}
-	hold := time.NewTimer(time.Until(last.Add(w.opts.MinInterval)))
-	defer hold.Stop()
-	select {
-	case <-ctx.Done():
-		return 0, false
-	case <-hold.C:
-		return r, true
+	for {
+		held := time.NewTimer(time.Until(last.Add(hold)))
+		select {
+		case <-ctx.Done():
+			held.Stop()
+			return 0, false
+		case <-held.C:
+			return r, true
+		case <-w.urgent:
+			held.Stop()
+			hold = MinWatchInterval
+		}
 	}
 }
 
@@ -86,12 +100,17 @@ func (w *Watcher) resolveMain(ctx context.Context, why Reason) error {
 	w.started++
 	w.mu.Unlock()
 
-	ans, err := w.resolve(ctx, w.name)
+	ans, st, err := w.resolveName(ctx)
 	if err == nil {
 		old := w.view.Load()
-		w.view.Store(&view{answer: ans, set: setOf(ans), primary: old.primary})
+		v := &view{answer: ans, set: setOf(ans), primary: old.primary, state: st}
+		v.fallback, v.fallbackSet = w.resolveFallback(ctx, st, old)
+		w.view.Store(v)
 		w.ranks.reset()
 		w.emit(old.answer.Candidates, ans.Candidates, false, why)
+		if w.opts.onServeLost != nil && lost(w.served(old), w.served(v)) {
+			w.opts.onServeLost()
+		}
 	} else if ctx.Err() == nil {
 		w.failed(err)
 	}
@@ -116,7 +135,9 @@ func (w *Watcher) resolvePrimary(ctx context.Context, why Reason) (bool, error) 
 		return false, err
 	}
 	old := w.view.Load()
-	w.view.Store(&view{answer: old.answer, set: old.set, primary: ans})
+	v := *old
+	v.primary = ans
+	w.view.Store(&v)
 	return w.emit(old.primary.Candidates, ans.Candidates, true, why), nil
 }
 

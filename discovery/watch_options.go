@@ -54,6 +54,21 @@ type WatchOptions struct {
 	// fails. The Watcher keeps the previous answer and tries again with a
 	// backoff from MinInterval up to 5 seconds.
 	OnError func(error)
+	// ReadWriteFallback tells what a Pool whose host is primary.CLUSTER
+	// does while pgcluster's TXT record there says that the old primary
+	// has left and no new one is seen ("state=held" or "state=none"):
+	// ReadWriteFallbackOn, the zero value, tries the serving nodes of
+	// CLUSTER, each checked read-write before use; ReadWriteFallbackOff
+	// waits for DNS to name the new primary. Only a Pool of a primary.
+	// name uses it; Watch and other names ignore it.
+	ReadWriteFallback ReadWriteFallback
+
+	// readWrite is set by NewPoolWithConfig, which checks connections
+	// made through the fallback read-write.
+	readWrite bool
+	// onServeLost is called, from the Watcher's goroutine, when an
+	// address a Pool kept connections to no longer serves.
+	onServeLost func()
 }
 
 // check tells what is wrong with the intervals: a negative one, or one
