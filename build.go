@@ -30,6 +30,9 @@ type clusterBuild struct {
 	skipped  []skipped
 	hash     uint64 // see clusterHash
 	failOpen int    // sets answered all_down open, over every zone
+	// held is the node primary. was asked to hold (the publisher's
+	// primaryHold); stat.held says whether it does.
+	held string
 }
 
 // served reports whether cb has names: a row of it can be served.
@@ -46,10 +49,11 @@ type buildInput struct {
 }
 
 // buildCluster makes the names of one cluster from its rows (every row
-// whose cluster is name in lower case) and the checks' verdicts. It is a
-// pure function of its input: no I/O, no clock, no randomness.
-func buildCluster(set *settings, view health.View, name string, rows []Node) *clusterBuild {
-	cb := &clusterBuild{name: name, rows: rows}
+// whose cluster is name in lower case), the checks' verdicts and the node
+// primary. holds, if any (see primaryHold). It is a pure function of its
+// input: no I/O, no clock, no randomness.
+func buildCluster(set *settings, view health.View, held, name string, rows []Node) *clusterBuild {
+	cb := &clusterBuild{name: name, rows: rows, held: held}
 	in := buildInput{settings: set, view: view}
 	c := cb.validate(in, set.zoneLen())
 	if c == nil {
@@ -62,7 +66,7 @@ func buildCluster(set *settings, view health.View, name string, rows []Node) *cl
 		b.addEmptyNonTerminals()
 		cb.parts = append(cb.parts, newPart(b.names))
 	}
-	cb.hash = clusterHash(c)
+	cb.hash = clusterHash(c, cb.stat.held)
 	return cb
 }
 
@@ -102,7 +106,8 @@ func (b *builder) cluster(c *cluster) {
 	serving := func(m *member) bool { return m.serving }
 	// down: a node the registry allows but whose check fails; all_down
 	// open answers these when none of a set serves.
-	down := func(m *member) bool { return m.registryOK && !m.serving }
+	// A stale primary (split_brain newest_timeline) is never answered.
+	down := func(m *member) bool { return m.registryOK && !m.serving && !m.stale }
 	b.nodes = make(map[*member]string, len(c.members))
 	for _, m := range c.members {
 		e := b.entry(m.Name + ".")
@@ -134,13 +139,41 @@ func (b *builder) cluster(c *cluster) {
 	} else if len(preferStandby) == 0 && len(preferOpen) == 0 {
 		preferOpen = primaryOpen
 	}
+	held := b.heldPrimary(c, primaries)
+	if held != nil {
+		primary, primaryOpen = []*member{held}, nil
+		b.cb.stat.held = held.Name
+	}
 	b.set("", all, allOpen)
 	b.set(labelPrimary+".", primary, primaryOpen)
+	pe := b.entry(labelPrimary + ".")
+	answered := primary
+	if pe.failOpen {
+		answered = primaryOpen
+	}
+	pe.txt = &dns.TXT{Hdr: hdr(pe.owner, dns.TypeTXT, ttl), Txt: primaryTXT(primaries, answered, held != nil, pe.failOpen)}
 	b.set(labelStandby+".", standbys, standbyOpen)
 	b.set(labelReplica+".", standbys, standbyOpen)
 	b.set(labelPreferStandby+".", preferStandby, preferOpen)
 	ce := b.entry("")
 	ce.txt = &dns.TXT{Hdr: hdr(ce.owner, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}
+}
+
+// heldPrimary is the node primary. holds (see primaryHold): the one the
+// publisher asked for, while no node serves as primary, and only while it
+// is out by its check alone (the registry allows it; not stale) with
+// primary as the last role read. Else nil.
+func (b *builder) heldPrimary(c *cluster, primaries []*member) *member {
+	if b.cb.held == "" || len(primaries) > 0 {
+		return nil
+	}
+	for _, m := range c.members {
+		if m.Name == b.cb.held && !m.serving && m.registryOK && !m.stale &&
+			strings.HasPrefix(m.reason, reasonCheckPrefix) && lastRole(m) == rolePrimary {
+			return m
+		}
+	}
+	return nil
 }
 
 // set writes a set name (the cluster itself, prefix "", or a role under
@@ -212,10 +245,11 @@ func parentPrefix(prefix string) string {
 // snapshot's hash is the sum of its clusters' and its aliases', so that a
 // change updates it in proportion to what it changed, and the serial
 // changes only when the content does.
-func clusterHash(c *cluster) uint64 {
+func clusterHash(c *cluster, held string) uint64 {
 	h := fnv.New64a()
 	for _, m := range c.members {
 		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging)
 	}
+	fmt.Fprintf(h, "held %s\n", held)
 	return h.Sum64()
 }

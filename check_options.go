@@ -12,7 +12,8 @@ import (
 )
 
 // parseCheckOption parses the options of the active health checks: check,
-// interval, timeout, rise, fall, max_lag and all_down.
+// interval, timeout, rise, fall, max_lag, all_down, role_interval,
+// split_brain and primary_hold.
 func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []string) error {
 	switch opt {
 	case "check":
@@ -83,6 +84,27 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 			return c.Errf("all_down: want open or closed")
 		}
 		cfg.allDown = args[0]
+	case "role_interval":
+		if len(args) == 1 && args[0] == "off" {
+			cfg.roleInterval = health.NoSessions
+			return nil
+		}
+		d, err := duration(c, opt, args, minRoleInterval, false)
+		if err != nil {
+			return err
+		}
+		cfg.roleInterval = d
+	case "split_brain":
+		if len(args) != 1 || args[0] != splitBrainClosed && args[0] != splitBrainNewestTimeline {
+			return c.Errf("split_brain: want %s or %s", splitBrainClosed, splitBrainNewestTimeline)
+		}
+		cfg.splitBrain = args[0]
+	case "primary_hold":
+		d, err := duration(c, opt, args, minTimeout, true)
+		if err != nil {
+			return err
+		}
+		cfg.primaryHold = d
 	}
 	return nil
 }
@@ -92,6 +114,15 @@ func checkOptionsAgree(cfg *settings) error {
 	// Without any check too: max_lag alone would be silently ignored.
 	if cfg.maxLag > 0 && cfg.check != checkPostgres {
 		return errors.New("max_lag needs check postgres: only it reads the WAL positions")
+	}
+	if cfg.roleInterval != 0 && cfg.check != checkPostgres {
+		return errors.New("role_interval needs check postgres: only it keeps a session to read the role on")
+	}
+	if cfg.primaryHold >= 0 && !cfg.checksOn() {
+		return errors.New("primary_hold needs a check: only a check takes a primary out")
+	}
+	if cfg.splitBrain == splitBrainNewestTimeline && cfg.check != checkPostgres {
+		return errors.New("split_brain newest_timeline needs check postgres: only it reads the timelines")
 	}
 	if !cfg.checksOn() {
 		return nil

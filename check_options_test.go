@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/coredns/caddy"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 func TestSetupCheckOptions(t *testing.T) {
@@ -58,6 +60,31 @@ func TestSetupCheckOptions(t *testing.T) {
 		{block("check postgres", "max_lag -1"), "max_lag", nil},
 		{block("check postgres", "max_lag 16XB"), "max_lag", nil},
 		{block("check tcp", "all_down maybe"), "all_down: want open or closed", nil},
+
+		// The switchover options.
+		{block("check postgres"), "", func(t *testing.T, cfg *settings) {
+			hc := cfg.healthConfig(nil)
+			if cfg.splitBrain != splitBrainClosed || cfg.holdFor() != 5*time.Second || hc.RoleInterval != 0 {
+				t.Errorf("defaults: split_brain closed, primary_hold 2 x 2s + 1s, role_interval health's default; got %q, %v, %v", cfg.splitBrain, cfg.holdFor(), hc.RoleInterval)
+			}
+		}},
+		{block("check postgres", "role_interval 50ms", "split_brain newest_timeline", "primary_hold 3s"), "", func(t *testing.T, cfg *settings) {
+			if cfg.roleInterval != 50*time.Millisecond || cfg.splitBrain != splitBrainNewestTimeline || cfg.holdFor() != 3*time.Second {
+				t.Errorf("options: %v %q %v", cfg.roleInterval, cfg.splitBrain, cfg.holdFor())
+			}
+		}},
+		{block("check postgres", "role_interval off", "primary_hold off"), "", func(t *testing.T, cfg *settings) {
+			if cfg.healthConfig(nil).RoleInterval != health.NoSessions || cfg.holdFor() != 0 {
+				t.Errorf("off: role_interval %v, primary_hold %v", cfg.roleInterval, cfg.holdFor())
+			}
+		}},
+		{block("check postgres", "role_interval 1ms"), "role_interval: 1ms is below the minimum of 10ms", nil},
+		{block("check postgres", "role_interval soon"), "role_interval", nil},
+		{block("check tcp", "role_interval 100ms"), "role_interval needs check postgres", nil},
+		{block("check postgres", "split_brain newest"), "split_brain: want closed or newest_timeline", nil},
+		{block("check tcp", "split_brain newest_timeline"), "split_brain newest_timeline needs check postgres", nil},
+		{block("primary_hold 5s"), "primary_hold needs a check", nil},
+		{block("check tcp", "primary_hold forever"), "primary_hold", nil},
 	}
 	runOptionCases(t, tests)
 }

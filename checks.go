@@ -27,6 +27,8 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		probes.WithLabelValues(zone, check, cause).Inc()
 		probeDuration.WithLabelValues(zone, check).Observe(d.Seconds())
 	})
+	sessions := checkSessions.WithLabelValues(zone)
+	hc.ObserveSession = func(delta int) { sessions.Add(float64(delta)) }
 	if cfg.redisURL == "" {
 		c, err := health.New(hc)
 		if err != nil {

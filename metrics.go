@@ -68,6 +68,20 @@ var (
 		Buckets:   prometheus.ExponentialBuckets(0.0001, 2, 16),
 	}, []string{"zone", "check"})
 
+	checkSessions = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "check_sessions",
+		Help:      "Sessions the postgres check keeps open to read the nodes' roles every role_interval: one per node this instance probes for the fleet.",
+	}, []string{"zone"})
+
+	primaryHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "primary_held",
+		Help:      "Clusters whose primary. still answers a primary that left by its check, while no other node is primary (primary_hold).",
+	}, []string{"zone"})
+
 	targetsGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",

@@ -41,6 +41,8 @@ type publisher struct {
 	// selfMissing holds the self options whose node the registry lacks,
 	// so that each is warned about once, when it goes missing.
 	selfMissing map[string]bool
+	// holds are the primaries primary. holds (primary_hold.go).
+	holds holds
 }
 
 // rowsUpdate is what one read of the registry brings.
@@ -93,6 +95,13 @@ func (pb *publisher) change(ch change) {
 		pb.cur = emptySnapshot(pb.set)
 	}
 	s := pb.cur.next(ch)
+	if held, changed := pb.nextHeld(s, time.Now()); changed {
+		h := s.next(change{held: held, heldSet: true})
+		h.rebuilt = append(h.rebuilt, s.rebuilt...)
+		h.aliasesChanged = h.aliasesChanged || s.aliasesChanged
+		h.targetsChanged = h.targetsChanged || s.targetsChanged
+		s = h
+	}
 	pb.cur = s
 	if pb.unreported == nil {
 		pb.unreported = map[string]bool{}
@@ -149,6 +158,7 @@ func (pb *publisher) report(prev, s *snapshot) {
 		pb.reportCluster(zone, name, prev.clusters[name], s.clusters[name], first)
 	}
 	splitBrain.WithLabelValues(zone).Set(float64(s.split))
+	primaryHeld.WithLabelValues(zone).Set(float64(s.heldN))
 	if s.failOpen > 0 && prev.failOpen == 0 {
 		log.Warningf("Every node of %d names fails its check: answering them anyway (all_down open)", s.failOpen)
 	}
@@ -184,6 +194,12 @@ func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, fir
 		nodesGauge.DeleteLabelValues(zone, name, "in")
 		nodesGauge.DeleteLabelValues(zone, name, "out")
 		primariesGauge.DeleteLabelValues(zone, name)
+	}
+	switch {
+	case isStat.held != "" && wasStat.held == "":
+		log.Infof("Cluster %q: primary %s left (%s) and no other node is primary yet: primary.%s holds its address for up to %s", name, isStat.held, is.verdicts[isStat.held], name, pb.set.holdFor())
+	case wasStat.held != "" && isStat.held == "" && len(isStat.primaries) == 0:
+		log.Warningf("Cluster %q: no node became primary while primary.%s held %s: primary.%s has no address", name, name, wasStat.held, name)
 	}
 	if len(isStat.primaries) > 1 && len(wasStat.primaries) <= 1 {
 		log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(isStat.primaries), isStat.primaries, name)

@@ -39,6 +39,15 @@ type settings struct {
 	rise, fall   int
 	maxLag       int64 // bytes; 0 is off
 	allDown      string
+	// roleInterval: with check postgres, how often the session kept to a
+	// node reads its role (health.NoSessions: none kept).
+	roleInterval time.Duration
+	// splitBrain: what primary. answers while two serving nodes claim to
+	// be primary (splitBrainClosed, splitBrainNewestTimeline).
+	splitBrain string
+	// primaryHold: how long primary. keeps answering a primary that left
+	// by its check while no other node is primary; 0 is off.
+	primaryHold time.Duration
 
 	// Redis, shared by a fleet: off while redisURL is "" (each instance
 	// checks every node itself).
@@ -57,6 +66,13 @@ const (
 
 	allDownOpen   = "open"
 	allDownClosed = "closed"
+
+	// splitBrainClosed: no address for primary. while two serving nodes
+	// claim to be primary. splitBrainNewestTimeline: of primaries made from
+	// one initdb (one system identifier), the one on the newest timeline is
+	// the primary, and the others are stale and answered nowhere.
+	splitBrainClosed         = "closed"
+	splitBrainNewestTimeline = "newest_timeline"
 )
 
 // Defaults and bounds of the check options.
@@ -70,6 +86,10 @@ const (
 	minInterval = 100 * time.Millisecond
 	minTimeout  = 10 * time.Millisecond
 	maxCount    = 100 // of rise and fall
+	// defaultRoleInterval: a promotion is seen within it, for a query on
+	// an open session that costs the server microseconds.
+	defaultRoleInterval = health.DefaultRoleInterval
+	minRoleInterval     = 10 * time.Millisecond
 )
 
 // checksOn reports whether nodes are actively checked.
@@ -86,7 +106,20 @@ func (s *settings) healthConfig(observe func(check, cause string, d time.Duratio
 		Fall:      s.fall,
 		ReportWAL: s.maxLag > 0,
 		Observe:   observe,
+		// 0 (tcp) is health's default, which tcp ignores.
+		RoleInterval: s.roleInterval,
 	}
+}
+
+// holdFor is how long primary. keeps a primary that left by its check while
+// no other node is primary: primary_hold, or by default the time the checks
+// would have taken to see it go without the session (fall probes, each up
+// to an interval apart, the last one's timeout).
+func (s *settings) holdFor() time.Duration {
+	if s.primaryHold >= 0 {
+		return s.primaryHold
+	}
+	return time.Duration(s.fall)*s.interval + s.timeout
 }
 
 // resolveAddrs finds this host's outbound addresses: for ns.<zone>, and for

@@ -156,6 +156,7 @@ type aliasPart struct {
 type clusterStat struct {
 	serving, out int
 	primaries    []string
+	held         string // the node primary. holds, if any
 }
 
 // snapshot is an immutable view of every name pgcluster answers. The query
@@ -170,6 +171,8 @@ type snapshot struct {
 	clusters map[string]*clusterBuild
 	aliases  *aliasBuild
 	view     health.View
+	// held is, by cluster, the node primary. holds (see primaryHold).
+	held map[string]string
 
 	serial   uint32
 	hash     uint64
@@ -181,6 +184,7 @@ type snapshot struct {
 	// with more than one serving primary; skips the rows not served, by reason.
 	failOpen int
 	split    int
+	heldN    int // clusters whose primary. holds a primary that left
 	skips    map[string]int
 
 	// What next changed to make this snapshot out of the one before: the
@@ -221,6 +225,9 @@ type change struct {
 	// view is the checks' verdicts, when viewSet.
 	view    health.View
 	viewSet bool
+	// held is, by cluster, the node primary. holds, when heldSet.
+	held    map[string]string
+	heldSet bool
 }
 
 // build makes a snapshot of in from nothing: what a full reload would serve.
@@ -258,8 +265,8 @@ func groupNodes(nodes []Node) map[string][]Node {
 func (s *snapshot) next(ch change) *snapshot {
 	n := &snapshot{
 		set: s.set, parts: maps.Clone(s.parts), clusters: maps.Clone(s.clusters),
-		aliases: s.aliases, view: s.view, hash: s.hash, targets: s.targets,
-		failOpen: s.failOpen, split: s.split, skips: maps.Clone(s.skips),
+		aliases: s.aliases, view: s.view, held: s.held, hash: s.hash, targets: s.targets,
+		failOpen: s.failOpen, split: s.split, heldN: s.heldN, skips: maps.Clone(s.skips),
 	}
 	if ch.viewSet {
 		n.view = ch.view
@@ -286,6 +293,16 @@ func (s *snapshot) next(ch change) *snapshot {
 			}
 		}
 	}
+	if ch.heldSet {
+		n.held = ch.held
+		for _, m := range []map[string]string{s.held, n.held} {
+			for name := range m {
+				if _, ok := dirty[name]; !ok && s.clusters[name] != nil && s.clusters[name].held != n.held[name] {
+					dirty[name] = s.clusters[name].rows
+				}
+			}
+		}
+	}
 
 	resolve := ch.aliasesSet
 	rows := s.aliases.rows
@@ -297,7 +314,7 @@ func (s *snapshot) next(ch change) *snapshot {
 		old := s.clusters[name]
 		var cb *clusterBuild
 		if len(dirty[name]) > 0 {
-			cb = buildCluster(s.set, n.view, name, dirty[name])
+			cb = buildCluster(s.set, n.view, n.held[name], name, dirty[name])
 		}
 		if old != nil {
 			n.drop(old)
@@ -372,6 +389,9 @@ func (n *snapshot) drop(cb *clusterBuild) {
 	if len(cb.stat.primaries) > 1 {
 		n.split--
 	}
+	if cb.stat.held != "" {
+		n.heldN--
+	}
 	for _, sk := range cb.skipped {
 		n.skips[sk.reason]--
 	}
@@ -384,6 +404,9 @@ func (n *snapshot) add(cb *clusterBuild) {
 	n.failOpen += cb.failOpen
 	if len(cb.stat.primaries) > 1 {
 		n.split++
+	}
+	if cb.stat.held != "" {
+		n.heldN++
 	}
 	for _, sk := range cb.skipped {
 		n.skips[sk.reason]++

@@ -58,6 +58,36 @@ func checkTXT(m *member, set *settings) []string {
 	return txt
 }
 
+// Values of state= in the TXT record of primary.<cluster>: what its address
+// answer is. A client may look for the primary itself (connect to the
+// cluster's nodes and keep the one that accepts writes) only while it is
+// held or none, never in split brain.
+const (
+	primaryServing   = "serving"     // the one serving primary
+	primaryHeldState = "held"        // a primary that left by its check, held while no other is primary
+	primaryFailOpen  = "fail_open"   // the one primary whose check fails, answered by all_down open
+	primaryNone      = "none"        // no address: no node claims to be primary
+	primarySplit     = "split_brain" // no address: two or more serving nodes claim to be primary
+)
+
+// primaryTXT says what primary.<cluster> answers and why: primaries are the
+// serving nodes that claim to be primary, answered the nodes its address
+// records name.
+func primaryTXT(primaries, answered []*member, held, failOpen bool) []string {
+	switch {
+	case len(primaries) > 1:
+		return []string{"state=" + primarySplit, fmt.Sprintf("primaries=%d", len(primaries))}
+	case len(answered) == 0:
+		return []string{"state=" + primaryNone}
+	case held:
+		m := answered[0]
+		return []string{"state=" + primaryHeldState, "node=" + m.Name, "reason=" + m.reason}
+	case failOpen:
+		return []string{"state=" + primaryFailOpen, "node=" + answered[0].Name, "reason=" + answered[0].reason}
+	}
+	return []string{"state=" + primaryServing, "node=" + answered[0].Name}
+}
+
 // clusterTXT sums a cluster up: nodes in and out, and the nodes that claim to
 // be primary. At most maxListed primaries are named, in strings that each
 // fit a TXT character-string, so the record packs whatever the registry holds.

@@ -46,6 +46,10 @@ type member struct {
 	lag        int64
 	lagging    bool           // lag over max_lag: out of standby. and prefer-standby.
 	target     netip.AddrPort // where the check connects; invalid: not checked
+	// stale: a primary on an older timeline than another of the same
+	// system (split_brain newest_timeline): answered nowhere, fail-open
+	// included.
+	stale bool
 }
 
 // cluster is one cluster's validated members.
@@ -116,6 +120,9 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 	}
 	if len(c.members) == 0 {
 		return nil
+	}
+	if in.splitBrain == splitBrainNewestTimeline {
+		c.judgeTimelines()
 	}
 	if in.maxLag > 0 {
 		c.judgeLag(in.maxLag)

@@ -20,6 +20,10 @@ const (
 	reasonNoAddress       = "no_address"
 	reasonLoopback        = "loopback"
 	reasonUnusableAddress = "unusable_address"
+	// reasonStalePrimary: a primary on an older timeline than another
+	// primary of the same system (split_brain newest_timeline): a standby
+	// was promoted while it kept running.
+	reasonStalePrimary = "stale_primary"
 	// reasonCheckPrefix and the check's cause ("check_refused",
 	// "check_timeout", ...): the active check failed.
 	reasonCheckPrefix = "check_"
@@ -90,6 +94,42 @@ func checkTarget(n Node) netip.AddrPort {
 		return netip.AddrPort{}
 	}
 	return netip.AddrPortFrom(a, uint16(n.Port))
+}
+
+// judgeTimelines settles a split brain by timelines (split_brain
+// newest_timeline). Of the nodes that claim to be primary as their checks
+// last read them, serving or not, those made from one initdb (one system
+// identifier) are one history: a promotion moves the promoted server to a
+// new timeline, so one on an older timeline is the primary it replaced,
+// still running. Those are stale: out, answered nowhere, fail-open
+// included. A serving one says why in TXT. Primaries of different systems,
+// or of an unknown timeline, are a true split brain: left to the gate.
+func (c *cluster) judgeTimelines() {
+	var claim []*member
+	for _, m := range c.members {
+		if m.check.Role == rolePrimary && m.check.Timeline != 0 && m.check.SystemID != 0 && m.registryOK {
+			claim = append(claim, m)
+		}
+	}
+	if len(claim) < 2 {
+		return
+	}
+	var newest uint32
+	for _, m := range claim {
+		if m.check.SystemID != claim[0].check.SystemID {
+			return
+		}
+		newest = max(newest, m.check.Timeline)
+	}
+	for _, m := range claim {
+		if m.check.Timeline >= newest {
+			continue
+		}
+		m.stale = true
+		if m.serving {
+			m.out(reasonStalePrimary, fmt.Sprintf("timeline %d < %d: a newer primary of the same system serves", m.check.Timeline, newest))
+		}
+	}
 }
 
 // judgeLag measures each standby's replication lag behind the cluster's
