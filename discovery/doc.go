@@ -19,7 +19,11 @@
 // the operating system's resolver, and [Client.NewPool] builds a pgxpool
 // whose connections to a node that left the answer are closed instead of
 // being reused (after a failover, a pooled connection to the demoted primary
-// fails every write with SQLSTATE 25006).
+// fails every write with SQLSTATE 25006). On the errors of a switchover it
+// resolves again at once, then every [MinWatchInterval] while they go on;
+// a pool of primary.CLUSTER also finds the new primary itself, checking
+// connections read-write, while pgcluster's TXT record says the old one has
+// left and no new one is seen ([WatchOptions.ReadWriteFallback]).
 //
 // The package knows nothing of CoreDNS: it speaks plain DNS and works with
 // any server that publishes the same names.
