@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -59,5 +60,22 @@ func TestClassify(t *testing.T) {
 		if got := reader.classify(tc.err).switchover; got != tc.want {
 			t.Errorf("CLUSTER, %s: switchover %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// An error not of a switchover keeps MinInterval: a connection refused by
+// a standby, reported to a Watcher of the whole cluster.
+func TestOtherErrorsKeepMinInterval(t *testing.T) {
+	c := newCluster(t, 0, 0)
+	c.dns.SetTTL(3600)
+	w, _ := watch(t, c.client(t, Config{}), "local.pgcluster.lan", WatchOptions{Interval: time.Hour, MinInterval: time.Second})
+	before, reported := w.resolutions(), time.Now()
+	standby := c.nodes[1].Addr
+	w.ReportError(&net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(standby), Err: errConnRefusedForTest.Err})
+	waitFor(t, 10*time.Second, "the resolution the error asked for", func() bool { return w.resolutions() > before })
+	took := time.Since(reported)
+	t.Logf("a standby's refusal: resolved %s later (MinInterval 1s since the first resolution)", took.Round(time.Millisecond))
+	if took < time.Second/2 {
+		t.Errorf("resolved %s after an error not of a switchover, want MinInterval to hold it back", took)
 	}
 }
