@@ -49,8 +49,8 @@ func (c *Client) NewPool(ctx context.Context, connString string, opts WatchOptio
 // NewPoolWithConfig watches cfg's host and returns a pool wired to the
 // Watcher as Pool describes. The hooks already in cfg (DialFunc, OnPgError,
 // ValidateConnect, Tracer, PrepareConn or BeforeAcquire, AfterRelease,
-// BeforeClose) still run. ctx
-// bounds the first resolution, which must succeed, and pgxpool's own start.
+// BeforeClose) still run. ctx bounds the first resolution, which must
+// succeed, and pgxpool's own start.
 func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts WatchOptions) (*Pool, error) {
 	var pool atomic.Pointer[pgxpool.Pool]
 	opts.readWrite = true

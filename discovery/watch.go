@@ -182,8 +182,8 @@ func (w *Watcher) Rank(ctx context.Context) (Ranking, error) {
 //     server found read-only, or no reachable address.
 //
 // The first resolution for such an error goes out at once, unless one went
-// out less than MinWatchInterval ago; while they keep coming, and for
-// hurryFor (5 s) after the last, the Watcher resolves at MinWatchInterval,
+// out less than MinWatchInterval ago; while they keep coming, and for 5 s
+// after the last, the Watcher resolves at MinWatchInterval,
 // also when the answer has no address. However many connections report
 // errors, it resolves at most once per MinWatchInterval. A nil err is
 // ignored.
