@@ -1,6 +1,7 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
@@ -227,6 +230,9 @@ func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
 	if err := errors.Join(werr, nerr); err != nil {
 		res.cause = fmt.Sprintf("%v after the promotion: %v", switchoverRoundTimeout, err)
 	}
+	if res.lost, err = s.lost(&res); err != nil && res.cause == "" {
+		res.cause = "counting lost writes: " + err.Error()
+	}
 	third := r.nodes[3-res.from-res.to]
 	how, ferr := r.follow(third)
 	res.restore = old.name + " rebuilt, " + third.name + " " + how
@@ -329,6 +335,36 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 	<-time.After(switchoverSplitWatch) // the observation window after it was seen
 	res.restored = time.Now()
 	return res
+}
+
+// lost counts, per writer, the writes the old primary acknowledged (from
+// 5 s before the fault on) that the new primary does not hold: replication
+// is asynchronous, and a promotion does not wait for what the old primary
+// had not sent yet.
+func (s *switchoverRun) lost(res *switchoverRound) ([]int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, s.rig.nodes[res.to].pg.DSN(""))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	var out []int
+	for _, w := range s.writers {
+		var seqs []int64
+		for _, a := range w.since(res.fault.Add(-5 * time.Second)) {
+			if a.node == res.from {
+				seqs = append(seqs, a.seq)
+			}
+		}
+		var found int
+		err := conn.QueryRow(ctx, "SELECT count(DISTINCT seq) FROM switchover_writes WHERE writer = $1 AND seq = ANY($2)", w.name, seqs).Scan(&found)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, len(seqs)-found)
+	}
+	return out, nil
 }
 
 // hasAnswer reports whether the poller has an answer sent after from that

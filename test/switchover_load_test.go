@@ -31,11 +31,13 @@ const (
 	switchoverWriteTimeout = 2 * time.Second
 )
 
-// switchoverAttempt is one INSERT: when it started and ended, and the node
-// that acknowledged it (-1 when it failed).
+// switchoverAttempt is one INSERT: when it started and ended, the node
+// that acknowledged it (-1 when it failed), and the writer's number of the
+// attempt (the row's seq).
 type switchoverAttempt struct {
 	start, end time.Time
 	node       int
+	seq        int64
 	err        string
 }
 
@@ -45,15 +47,16 @@ func (a switchoverAttempt) ok() bool { return a.node >= 0 }
 // and records each attempt.
 type switchoverWriter struct {
 	name   string
-	insert func(context.Context) (host string, err error)
+	insert func(ctx context.Context, seq int64) (host string, err error)
 
 	mu       sync.Mutex
 	attempts []switchoverAttempt
 }
 
-// switchoverInsert is both writers' statement: the row's defaults name the
-// server that took it.
-const switchoverInsert = "INSERT INTO switchover_writes(writer) VALUES ($1) RETURNING host(server_addr), server_port"
+// switchoverInsert is both writers' statement: the writer and its
+// attempt's number (what tells whether an acknowledged write survived the
+// switch), and the row's defaults name the server that took it.
+const switchoverInsert = "INSERT INTO switchover_writes(writer, seq) VALUES ($1, $2) RETURNING host(server_addr), server_port"
 
 // newSwitchoverWriters makes the two writers' pools: (a) a discovery.Pool
 // following primary.local through the fleet's instances, (b) a pgxpool on
@@ -89,16 +92,16 @@ func newSwitchoverWriters(b *testing.B, r *switchoverRig) []*switchoverWriter {
 	b.Cleanup(mp.Close)
 
 	return []*switchoverWriter{
-		{name: "pgcluster", insert: func(ctx context.Context) (string, error) {
+		{name: "pgcluster", insert: func(ctx context.Context, seq int64) (string, error) {
 			var host string
 			var port int
-			err := dp.QueryRow(ctx, switchoverInsert, "pgcluster").Scan(&host, &port)
+			err := dp.QueryRow(ctx, switchoverInsert, "pgcluster", seq).Scan(&host, &port)
 			return host, err
 		}},
-		{name: "multi-host", insert: func(ctx context.Context) (string, error) {
+		{name: "multi-host", insert: func(ctx context.Context, seq int64) (string, error) {
 			var host string
 			var port int
-			err := mp.QueryRow(ctx, switchoverInsert, "multi-host").Scan(&host, &port)
+			err := mp.QueryRow(ctx, switchoverInsert, "multi-host", seq).Scan(&host, &port)
 			return host, err
 		}},
 	}
@@ -108,15 +111,15 @@ func newSwitchoverWriters(b *testing.B, r *switchoverRig) []*switchoverWriter {
 func (w *switchoverWriter) run(stop <-chan struct{}, nodeOf func(string) int) {
 	tick := time.NewTicker(switchoverTick)
 	defer tick.Stop()
-	for {
+	for seq := int64(1); ; seq++ {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		a := switchoverAttempt{start: time.Now(), node: -1}
+		a := switchoverAttempt{start: time.Now(), node: -1, seq: seq}
 		ctx, cancel := context.WithTimeout(context.Background(), switchoverWriteTimeout)
-		host, err := w.insert(ctx)
+		host, err := w.insert(ctx, seq)
 		cancel()
 		a.end = time.Now()
 		switch {

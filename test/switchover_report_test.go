@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -35,6 +36,7 @@ type switchoverRound struct {
 	restored time.Time // the rig was steady again (split brain: the watch ended)
 	restore  string    // what became of the other standby
 	cause    string    // why the round failed; "" when it completed
+	lost     []int     // per writer, writes the old primary acknowledged that the new one lacks
 
 	writers []switchoverWriterRound // as s.writers
 	dns     switchoverDNSRound
@@ -105,13 +107,13 @@ func switchoverWriterFigures(as []switchoverAttempt, res *switchoverRound) switc
 // dnsRound computes the pollers' figures of a round; named says whether
 // an answer is the one every instance is to reach.
 func (s *switchoverRun) dnsRound(res *switchoverRound, named func(switchoverAnswer) bool) switchoverDNSRound {
-	d := switchoverDNSRound{ok: true}
+	d := switchoverDNSRound{ok: true, all: math.MinInt64}
 	down := res.stopped
 	if down.IsZero() {
 		down = res.ordered
 	}
 	for _, p := range s.pollers {
-		reached := false
+		reached := false // d.all is the latest first answer of the instances: negative when all came before promote returned
 		for _, a := range p.between(res.fault, res.restored) {
 			d.answers++
 			switch {
@@ -131,6 +133,9 @@ func (s *switchoverRun) dnsRound(res *switchoverRound, named func(switchoverAnsw
 			}
 		}
 		d.ok = d.ok && reached
+	}
+	if !d.ok {
+		d.all = 0
 	}
 	return d
 }
@@ -200,8 +205,8 @@ func (s *switchoverRun) wrongWrites(split time.Time) (before, during []int) {
 // promotion and failed attempts, then (on the first line) the pollers'
 // figures and how the rig was restored.
 const (
-	switchoverRoundFormat = "%-13s %-9s %7s  %-10s %7s %9s %6d | %13s %6d %11d %9s %14s | %s"
-	switchoverRoundHeader = "round         switch    promote  writer      outage    beyond failed | promotion→all NODATA not-primary last-stop failed/answers | restore"
+	switchoverRoundFormat = "%-13s %-9s %7s  %-10s %7s %9s %6d %4s | %13s %6d %11d %9s %14s | %s"
+	switchoverRoundHeader = "round         switch    promote  writer      outage    beyond failed lost | promotion→all NODATA not-primary last-stop failed/answers | restore"
 )
 
 // line is the round's lines under switchoverRoundHeader (one per writer),
@@ -220,13 +225,13 @@ func (r switchoverRound) line() string {
 	for i, w := range r.writers {
 		if i == 0 {
 			fmt.Fprintf(&b, switchoverRoundFormat+"\n", head, sw, promote, switchoverWriterNames[i],
-				switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed,
+				switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed, r.lostOf(i),
 				switchoverMsOr(r.dns.all, r.dns.ok), r.dns.nodata, r.dns.stale, switchoverMsOr(r.dns.staleFor, r.dns.stale > 0),
 				fmt.Sprintf("%d/%d", r.dns.failed, r.dns.answers), r.restore)
 			continue
 		}
-		fmt.Fprintf(&b, "%-13s %-9s %7s  %-10s %7s %9s %6d\n", "", "", "", switchoverWriterNames[i],
-			switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed)
+		fmt.Fprintf(&b, "%-13s %-9s %7s  %-10s %7s %9s %6d %4s\n", "", "", "", switchoverWriterNames[i],
+			switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed, r.lostOf(i))
 	}
 	if len(r.writers) == 0 {
 		fmt.Fprintf(&b, "%-13s %-9s %7s\n", head, sw, promote)
@@ -235,6 +240,14 @@ func (r switchoverRound) line() string {
 		fmt.Fprintf(&b, "%-13s FAILED: %s\n", "", r.cause)
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// lostOf is writer i's lost writes, "-" when they were not counted.
+func (r switchoverRound) lostOf(i int) string {
+	if i < len(r.lost) {
+		return fmt.Sprint(r.lost[i])
+	}
+	return "-"
 }
 
 // switchoverWriterNames are the writers' names in the order
@@ -323,6 +336,18 @@ func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split swi
 	sumRow("DNS: NODATA answers (planned goal: 0)", func(d switchoverDNSRound) int { return d.nodata })
 	sumRow("DNS: answers naming a non-primary", func(d switchoverDNSRound) int { return d.stale })
 	sumRow("DNS: failed queries", func(d switchoverDNSRound) int { return d.failed })
+	w("%-40s", "acknowledged writes lost (total)")
+	for _, k := range kinds {
+		for i := range switchoverWriterNames {
+			n := 0
+			for _, r := range byKind[k] {
+				n += switchoverAt(r.lost, i)
+			}
+			w(" %-21d", n)
+		}
+		w("  ")
+	}
+	w("\n")
 	w("%-40s", "wrong writes in these rounds (goal: 0)")
 	for i, name := range switchoverWriterNames {
 		if i < len(wrong) {

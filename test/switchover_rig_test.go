@@ -37,6 +37,7 @@ var switchoverHosts = [3]string{"127.0.0.71", "127.0.0.72", "127.0.0.73"}
 const switchoverTable = `CREATE TABLE switchover_writes(
   id bigserial PRIMARY KEY,
   writer text NOT NULL,
+  seq bigint NOT NULL,
   server_addr inet DEFAULT inet_server_addr(),
   server_port int DEFAULT inet_server_port(),
   at timestamptz NOT NULL DEFAULT clock_timestamp())`
@@ -415,8 +416,26 @@ func (r *switchoverRig) follow(n *switchoverNode) (string, error) {
 	if err == nil {
 		return "followed", nil
 	}
+	why := switchoverLogCause(n.pg)
 	if rerr := r.rebuild(n); rerr != nil {
-		return "", fmt.Errorf("%w (it did not follow: %v)", rerr, err)
+		return "", fmt.Errorf("%w (it did not follow: %v; %s)", rerr, err, why)
 	}
-	return "rebuilt", nil
+	return "rebuilt (" + why + ")", nil
+}
+
+// switchoverLogCause returns why a standby's log says it does not stream:
+// its last line about a timeline (a fork it cannot follow is logged, not
+// fatal), else its last FATAL line.
+func switchoverLogCause(pg *pgtest.Postgres) string {
+	b, _ := os.ReadFile(filepath.Join(pg.Dir, "log"))
+	lines := strings.Split(string(b), "\n")
+	for _, mark := range []string{"timeline", "FATAL:  "} {
+		for i := len(lines) - 1; i >= 0; i-- {
+			if strings.Contains(lines[i], mark) {
+				_, msg, _ := strings.Cut(lines[i], ":  ")
+				return msg
+			}
+		}
+	}
+	return "nothing about it in its log"
 }
