@@ -26,6 +26,11 @@ const (
 	// held in the answer so that clients that cache a negative answer get
 	// none.
 	PrimaryHeld PrimaryStatus = "held"
+	// PrimaryFailOpen means the address answer names the one node that
+	// claims to be primary, PrimaryState.Node, although its check fails:
+	// pgcluster answers it because every primary of the cluster fails
+	// (all_down open), in case the check is what is wrong.
+	PrimaryFailOpen PrimaryStatus = "fail_open"
 	// PrimaryNone means no serving node claims to be primary: no address.
 	PrimaryNone PrimaryStatus = "none"
 	// PrimarySplitBrain means PrimaryState.Primaries serving nodes claim
@@ -39,7 +44,8 @@ const (
 type PrimaryState struct {
 	// Status is the state; PrimaryUnknown when none was read.
 	Status PrimaryStatus
-	// Node is the node named with PrimaryServing and PrimaryHeld.
+	// Node is the node named with PrimaryServing, PrimaryHeld and
+	// PrimaryFailOpen.
 	Node string
 	// Primaries is how many nodes claim to be primary with
 	// PrimarySplitBrain.
@@ -47,9 +53,11 @@ type PrimaryState struct {
 }
 
 // between reports whether the state is the moment between an old primary
-// leaving and a new one being seen: held or none.
+// leaving and a new one being seen: held or none, or the one primary
+// failing its check (fail_open), which a connection that proves it accepts
+// writes settles as well as DNS can.
 func (s PrimaryState) between() bool {
-	return s.Status == PrimaryHeld || s.Status == PrimaryNone
+	return s.Status == PrimaryHeld || s.Status == PrimaryNone || s.Status == PrimaryFailOpen
 }
 
 // parsePrimaryState reads the TXT records of primary.CLUSTER. Exactly one
@@ -84,7 +92,7 @@ func parsePrimaryState(rrs []dns.RR, addresses int) PrimaryState {
 		return PrimaryState{}
 	}
 	switch st.Status {
-	case PrimaryServing, PrimaryHeld:
+	case PrimaryServing, PrimaryHeld, PrimaryFailOpen:
 		if st.Node == "" || addresses == 0 {
 			return PrimaryState{}
 		}
