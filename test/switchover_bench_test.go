@@ -208,6 +208,7 @@ func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
 		res.cause = "before the round: " + err.Error()
 		return res
 	}
+	res.sessions = r.sessions()
 	old, next := r.nodes[res.from], r.nodes[res.to]
 	var err error
 	switch kind {
@@ -310,6 +311,7 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 		res.cause = "before the round: " + err.Error()
 		return res
 	}
+	res.sessions = r.sessions()
 	res.fault = time.Now()
 	res.ordered = res.fault
 	s.record.end(res.from, res.ordered)

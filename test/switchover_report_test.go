@@ -37,6 +37,7 @@ type switchoverRound struct {
 	restore  string    // what became of the other standby
 	cause    string    // why the round failed; "" when it completed
 	lost     []int     // per writer, writes the old primary acknowledged that the new one lacks
+	sessions int       // role sessions the fleet held when the round began, -1 unknown
 
 	writers []switchoverWriterRound // as s.writers
 	dns     switchoverDNSRound
@@ -201,12 +202,12 @@ func (s *switchoverRun) wrongWrites(split time.Time) (before, during []int) {
 }
 
 // switchoverRoundFormat lays out a round's line: the round, its switch,
-// the promotion's time, then per writer (one line each) its outage, beyond
+// the role sessions the fleet held, the promotion's time, then per writer (one line each) its outage, beyond
 // promotion and failed attempts, then (on the first line) the pollers'
 // figures and how the rig was restored.
 const (
-	switchoverRoundFormat = "%-13s %-9s %7s  %-10s %7s %9s %6d %4s | %13s %6d %11d %9s %14s | %s"
-	switchoverRoundHeader = "round         switch    promote  writer      outage    beyond failed lost | promotion→all NODATA not-primary last-stop failed/answers | restore"
+	switchoverRoundFormat = "%-13s %-9s %4d %7s  %-10s %7s %9s %6d %4s | %13s %6d %11d %9s %14s | %s"
+	switchoverRoundHeader = "round         switch    sess promote  writer      outage    beyond failed lost | promotion→all NODATA not-primary last-stop failed/answers | restore"
 )
 
 // line is the round's lines under switchoverRoundHeader (one per writer),
@@ -224,17 +225,17 @@ func (r switchoverRound) line() string {
 	var b strings.Builder
 	for i, w := range r.writers {
 		if i == 0 {
-			fmt.Fprintf(&b, switchoverRoundFormat+"\n", head, sw, promote, switchoverWriterNames[i],
+			fmt.Fprintf(&b, switchoverRoundFormat+"\n", head, sw, r.sessions, promote, switchoverWriterNames[i],
 				switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed, r.lostOf(i),
 				switchoverMsOr(r.dns.all, r.dns.ok), r.dns.nodata, r.dns.stale, switchoverMsOr(r.dns.staleFor, r.dns.stale > 0),
 				fmt.Sprintf("%d/%d", r.dns.failed, r.dns.answers), r.restore)
 			continue
 		}
-		fmt.Fprintf(&b, "%-13s %-9s %7s  %-10s %7s %9s %6d %4s\n", "", "", "", switchoverWriterNames[i],
+		fmt.Fprintf(&b, "%-13s %-9s %4s %7s  %-10s %7s %9s %6d %4s\n", "", "", "", "", switchoverWriterNames[i],
 			switchoverMsOr(w.outage, w.ok), switchoverMsOr(w.beyond, w.ok), w.failed, r.lostOf(i))
 	}
 	if len(r.writers) == 0 {
-		fmt.Fprintf(&b, "%-13s %-9s %7s\n", head, sw, promote)
+		fmt.Fprintf(&b, "%-13s %-9s %4d %7s\n", head, sw, r.sessions, promote)
 	}
 	if r.cause != "" {
 		fmt.Fprintf(&b, "%-13s FAILED: %s\n", "", r.cause)
@@ -360,8 +361,8 @@ func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split swi
 	if split.from < 0 || split.promoted.IsZero() {
 		w("  not measured: %s\n", split.cause)
 	} else {
-		w("  %s→%s promoted in %s ms; every instance stopped naming a primary %s ms after it returned (ok: %v)\n",
-			s.rig.nodes[split.from].name, s.rig.nodes[split.to].name, switchoverMs(split.promoted.Sub(split.ordered)),
+		w("  %s→%s (the fleet held %d role sessions) promoted in %s ms; every instance stopped naming a primary %s ms after it returned (ok: %v)\n",
+			s.rig.nodes[split.from].name, s.rig.nodes[split.to].name, split.sessions, switchoverMs(split.promoted.Sub(split.ordered)),
 			switchoverMs(split.dns.all), split.dns.ok)
 		for i, wr := range split.writers {
 			w("  %-11s after the promotion returned: %5d acknowledged by the old primary, %5d by the new, the last %s ms after it; %d failed;"+

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -144,7 +146,8 @@ func startSwitchoverRig(b *testing.B, interval string) *switchoverRig {
 
 // switchoverCorefile is the fleet's Corefile: check postgres at the
 // default interval unless one is given (an experiment), rise 2, fall 2,
-// TTL 1 s, the checks shared through Redis and signed.
+// TTL 1 s, the checks shared through Redis and signed, and metrics (the
+// rounds print how many role sessions the fleet holds).
 func switchoverCorefile(dsn, redisURL, secret, interval string) string {
 	lines := []string{
 		fmt.Sprintf("postgres %q", dsn),
@@ -159,7 +162,8 @@ func switchoverCorefile(dsn, redisURL, secret, interval string) string {
 	if interval != "" {
 		lines = append(lines, "interval "+interval)
 	}
-	return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n pgcluster {\n  %s\n }\n}\n", Zone, PortPlaceholder, strings.Join(lines, "\n  "))
+	return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  %s\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, strings.Join(lines, "\n  "))
 }
 
 // switchoverSecret is a fresh redis_secret.
@@ -267,6 +271,33 @@ func (r *switchoverRig) streams(ctx context.Context, n *switchoverNode, lsn uint
 		return fmt.Errorf("%s has replayed up to %d, the primary %s is at %d", n.name, replay, p.name, lsn)
 	}
 	return nil
+}
+
+// sessions returns the role sessions the fleet's instances hold
+// (coredns_pgcluster_check_sessions, summed; one per node is the design),
+// -1 when an instance's metrics cannot be read.
+func (r *switchoverRig) sessions() int {
+	total := 0
+	c := &http.Client{Timeout: 2 * time.Second}
+	for _, in := range r.ins {
+		resp, err := c.Get(in.MetricsURL())
+		if err != nil {
+			return -1
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return -1
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if rest, ok := strings.CutPrefix(line, "coredns_pgcluster_check_sessions{"); ok {
+				_, v, _ := strings.Cut(rest, "} ")
+				n, _ := strconv.ParseFloat(v, 64)
+				total += int(n)
+			}
+		}
+	}
+	return total
 }
 
 // switchoverQuery asks addr for name's A records over UDP.
