@@ -118,7 +118,7 @@ func (b *builder) cluster(c *cluster) {
 		e.txt = &dns.TXT{Hdr: hdr(e.owner, dns.TypeTXT, ttl), Txt: nodeTXT(m, len(b.cb.stat.primaries), b.in.settings)}
 	}
 	all, allOpen := pick(c, serving), pick(c, down)
-	primaries := pick(c, func(m *member) bool { return serving(m) && m.Role == rolePrimary })
+	primaries := c.primaries
 	primaryOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == rolePrimary })
 	standbys := pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging })
 	standbyOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
@@ -248,7 +248,7 @@ func parentPrefix(prefix string) string {
 func clusterHash(c *cluster, held string) uint64 {
 	h := fnv.New64a()
 	for _, m := range c.members {
-		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging)
+		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging, m.check.Leaving)
 	}
 	fmt.Fprintf(h, "held %s\n", held)
 	return h.Sum64()

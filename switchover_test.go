@@ -211,3 +211,32 @@ func TestPrimaryHold(t *testing.T) {
 		})
 	})
 }
+
+// A primary whose server ended the check's session is leaving: a standby
+// promoted meanwhile is the one primary, whichever the checks hear of
+// first; two primaries neither of which is leaving stay a split brain, and
+// a leaving primary alone is still the primary.
+func TestLeavingPrimaryIsNoSplitBrain(t *testing.T) {
+	const sys = 42
+	leaving := upAs("primary", 1, sys)
+	leaving.Leaving = true
+	for _, tt := range []struct {
+		name    string
+		view    health.View
+		primary string
+		txt     string
+	}{
+		{"leaving and promoted", health.View{"local/pg1": leaving, "local/pg2": upAs("primary", 2, sys)}, "127.0.0.12", `"state=serving" "node=pg2"`},
+		{"leaving alone", health.View{"local/pg1": leaving, "local/pg2": upAs("standby", 0, sys)}, "127.0.0.11", `"state=serving" "node=pg1"`},
+		{"neither leaving", health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys)}, "", `"state=split_brain" "primaries=2"`},
+		{"both leaving", health.View{"local/pg1": leaving, "local/pg2": func() health.Verdict { v := upAs("primary", 2, sys); v.Leaving = true; return v }()}, "", `"state=split_brain" "primaries=2"`},
+	} {
+		s := build(buildInput{settings: switchoverSettings(), nodes: switchoverNodes()[:2], view: tt.view})
+		if got := addrsOf(entryOf(s, "primary.local."+testZone)); got != tt.primary {
+			t.Errorf("%s: primary. %q, want %q", tt.name, got, tt.primary)
+		}
+		if got := txtOf(s, "primary.local."+testZone); !strings.Contains(got, tt.txt) {
+			t.Errorf("%s: primary. TXT %s, want %s", tt.name, got, tt.txt)
+		}
+	}
+}

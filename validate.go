@@ -56,6 +56,9 @@ type member struct {
 type cluster struct {
 	name    string
 	members []*member
+	// primaries are the serving members that claim to be primary (see
+	// judgePrimaries): primary. has an address only when there is one.
+	primaries []*member
 }
 
 // Bounds of owner names, in octets on the wire (RFC 1035 3.1): a name
@@ -124,6 +127,7 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 	if in.splitBrain == splitBrainNewestTimeline {
 		c.judgeTimelines()
 	}
+	c.judgePrimaries()
 	if in.maxLag > 0 {
 		c.judgeLag(in.maxLag)
 	}
@@ -132,12 +136,12 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		cb.verdicts[m.Name] = m.verdict()
 		if m.serving {
 			cb.stat.serving++
-			if m.Role == rolePrimary {
-				cb.stat.primaries = append(cb.stat.primaries, m.Name)
-			}
 		} else {
 			cb.stat.out++
 		}
+	}
+	for _, m := range c.primaries {
+		cb.stat.primaries = append(cb.stat.primaries, m.Name)
 	}
 	return c
 }

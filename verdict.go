@@ -132,21 +132,38 @@ func (c *cluster) judgeTimelines() {
 	}
 }
 
+// judgePrimaries finds the serving members that claim to be primary. A
+// primary whose server ended the check's session is leaving (shutting down
+// or dead, until the probe that follows says which): it does not make a
+// split brain with a primary that is not, which is then the one primary. So
+// a standby promoted as the old primary stops is primary. at once, whichever
+// of the two the checks hear of first.
+func (c *cluster) judgePrimaries() {
+	var all, settled []*member
+	for _, m := range c.members {
+		if m.serving && m.Role == rolePrimary {
+			all = append(all, m)
+			if !m.check.Leaving {
+				settled = append(settled, m)
+			}
+		}
+	}
+	c.primaries = all
+	if len(all) > 1 && len(settled) > 0 {
+		c.primaries = settled
+	}
+}
+
 // judgeLag measures each standby's replication lag behind the cluster's
 // primary, as both checks last read their WAL positions, and marks those
 // further behind than maxLag. Without exactly one serving primary whose
 // position is known, lag is unknown and nobody is marked.
 func (c *cluster) judgeLag(maxLag int64) {
-	var primary *member
-	for _, m := range c.members {
-		if m.serving && m.Role == rolePrimary {
-			if primary != nil {
-				return
-			}
-			primary = m
-		}
+	if len(c.primaries) != 1 {
+		return
 	}
-	if primary == nil || primary.check.State != health.Up || primary.check.WAL == 0 {
+	primary := c.primaries[0]
+	if primary.check.State != health.Up || primary.check.WAL == 0 {
 		return
 	}
 	for _, m := range c.members {

@@ -99,6 +99,10 @@ type Verdict struct {
 	// SystemID is the server's database system identifier (pg_control_system()): servers made
 	// from one initdb (a primary and its standbys) share it. 0 when unknown and for tcp.
 	SystemID uint64
+	// Leaving: the server ended the check's session (it is shutting down or died, or someone
+	// ended the session) and the probe that tells which is in flight. A primary that is
+	// leaving does not make a split brain with one that has just been promoted.
+	Leaving bool
 	// Cause is a stable word (the Cause* constants): the last probe's failure while Down, "ok" while Up.
 	Cause string
 	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).

@@ -48,6 +48,9 @@ type tracker struct {
 // cause while Down) and whether the WAL position moved.
 func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 	t.v.Last = at
+	if t.v.Leaving {
+		t.v.Leaving, changed = false, true
+	}
 	if r.cause == CauseOK {
 		t.ok = min(t.ok+1, t.rise)
 		t.fail = 0
@@ -61,7 +64,7 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 			t.v.Timeline, t.v.SystemID = r.tl, r.sysID
 			changed = true
 		case t.v.State == Up:
-			changed = t.identity(r)
+			changed = t.identity(r) || changed
 		}
 		return changed, walMoved
 	}
@@ -72,7 +75,7 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 		t.v.State, t.v.Cause, t.v.Detail = Down, r.cause, r.detail
 		changed = true
 	case t.v.State == Down:
-		changed = t.v.Cause != r.cause
+		changed = changed || t.v.Cause != r.cause
 		t.v.Cause, t.v.Detail = r.cause, r.detail
 	}
 	return changed, false
@@ -115,9 +118,20 @@ func (t *tracker) poll(r result, at time.Time) (changed bool) {
 func (t *tracker) down(r result, at time.Time) (changed bool) {
 	t.v.Last = at
 	t.ok, t.fail = 0, t.fall
-	changed = t.v.State != Down || t.v.Cause != r.cause
+	changed = t.v.State != Down || t.v.Cause != r.cause || t.v.Leaving
+	t.v.Leaving = false
 	t.v.State, t.v.Cause, t.v.Detail = Down, r.cause, r.detail
 	return changed
+}
+
+// leaving marks an Up target whose session the server ended, until the
+// probe that follows judges it. It reports whether that changed anything.
+func (t *tracker) leaving() bool {
+	if t.v.State != Up || t.v.Leaving {
+		return false
+	}
+	t.v.Leaving = true
+	return true
 }
 
 // progress returns the tracker's verdict and counters.

@@ -27,6 +27,22 @@ const pollStatement = "pgcluster_role_poll"
 type session struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	start  time.Time // connected; zero before
+}
+
+// release ends s and detaches it from w, once, setting the backoff before
+// the next session by how long s lived.
+func (c *Checker) release(w *worker, s *session) {
+	s.cancel()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sess != s {
+		return
+	}
+	w.sess = nil
+	if !s.start.IsZero() {
+		w.backoff.after(time.Since(s.start), c.cfg.RoleInterval, c.cfg.Interval)
+	}
 }
 
 // sessionBackoff bounds how soon a session is opened again after one that
@@ -87,31 +103,17 @@ func (w *worker) closeSession() {
 // refusal or a server saying it is going takes it Down at once.
 func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) {
 	defer r.wg.Done()
+	defer c.release(w, s)
 	if wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-s.ctx.Done():
 			t.Stop()
-			s.cancel()
-			w.mu.Lock()
-			if w.sess == s {
-				w.sess = nil
-			}
-			w.mu.Unlock()
 			return
 		case <-t.C:
 		}
 	}
-	start := time.Now()
-	defer func() {
-		s.cancel()
-		w.mu.Lock()
-		if w.sess == s {
-			w.sess = nil
-		}
-		w.backoff.after(time.Since(start), c.cfg.RoleInterval, c.cfg.Interval)
-		w.mu.Unlock()
-	}()
+	s.start = time.Now()
 	connectCtx, cancel := context.WithTimeout(s.ctx, c.cfg.Timeout)
 	conn, _ := pgConnect(connectCtx, c.cfg.Options, c.cfg.Timeout, w.t.Addr)
 	if conn == nil {
@@ -131,15 +133,23 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 		conn.Close(ctx)
 		cancel()
 	}()
-	tick := time.NewTicker(c.cfg.RoleInterval)
-	defer tick.Stop()
+	next := time.Now()
 	for {
-		select {
-		case <-s.ctx.Done():
+		// Between polls, listen: a server that shuts down or dies ends the
+		// session at once (57P01, 57P02, EOF), and that is news now, not
+		// at the next poll.
+		next = next.Add(c.cfg.RoleInterval)
+		if err := c.listen(s.ctx, conn, next); err != nil {
+			if s.ctx.Err() != nil {
+				return
+			}
+			c.sessionFailed(r, w, s, err, conn.IsClosed(), time.Now())
 			return
-		case <-tick.C:
 		}
 		at := time.Now()
+		if at.Sub(next) > c.cfg.RoleInterval {
+			next = at // fell behind (a slow poll): no burst to catch up
+		}
 		res, err := c.poll(s.ctx, conn)
 		if s.ctx.Err() != nil {
 			return // closed meanwhile: not a result
@@ -148,8 +158,25 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 			c.judgePoll(r, w, res, at)
 			continue
 		}
-		c.sessionFailed(r, w, err, conn.IsClosed(), at)
+		c.sessionFailed(r, w, s, err, conn.IsClosed(), at)
 		return
+	}
+}
+
+// listen reads conn until the deadline: nil when nothing but notices and
+// notifications came, the error that ended the session otherwise.
+func (c *Checker) listen(ctx context.Context, conn *pgconn.PgConn, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	for {
+		err := conn.WaitForNotification(ctx)
+		switch {
+		case err == nil:
+			continue // a notification: none is asked for, none matters
+		case ctx.Err() != nil && !conn.IsClosed() && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)):
+			return nil // the deadline: time to poll
+		}
+		return err
 	}
 }
 
@@ -197,7 +224,9 @@ func (c *Checker) judgePoll(r *run, w *worker, res result, at time.Time) {
 // by a probe that takes the target Down when the server refuses or says it
 // is going, and changes nothing when it connects. An error on a session
 // still open is a failed probe.
-func (c *Checker) sessionFailed(r *run, w *worker, err error, closed bool, at time.Time) {
+func (c *Checker) sessionFailed(r *run, w *worker, s *session, err error, closed bool, at time.Time) {
+	// Released first, so that the probe below may open the next session.
+	c.release(w, s)
 	timeout := isTimeout(err)
 	if timeout || !closed {
 		w.trMu.Lock()
@@ -214,6 +243,13 @@ func (c *Checker) sessionFailed(r *run, w *worker, err error, closed bool, at ti
 		w.mu.Lock()
 		w.urgent = true
 		w.mu.Unlock()
+		// Said at once, before the probe that tells whether the server
+		// is going: a standby promoted meanwhile is then the one primary.
+		w.trMu.Lock()
+		if w.probing && w.tr.leaving() {
+			c.recorded(r, w, true, false)
+		}
+		w.trMu.Unlock()
 	}
 	c.ProbeNow(w.t.Key)
 }

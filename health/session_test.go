@@ -102,8 +102,9 @@ func TestSessionFastShutdownLeavesAtOnce(t *testing.T) {
 	t.Logf("down (%s) %v after pg_ctl stop -m fast began", v.Cause, took.Round(time.Millisecond))
 }
 
-// Someone ends the monitoring session (pg_terminate_backend): the probe that
-// follows connects, nothing changes, and a new session opens.
+// Someone ends the monitoring session (pg_terminate_backend): the target is
+// Leaving until the probe that follows connects, is never down, and a new
+// session opens.
 func TestSessionTerminatedChangesNothing(t *testing.T) {
 	pg := pgtest.New(t)
 	var open atomic.Int32
@@ -139,9 +140,19 @@ func TestSessionTerminatedChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, after := rec.last()
-	if v["c/pg"].State != Up || after != before {
-		t.Errorf("after the session was terminated: %d Views published (want %d), verdict %+v", after-before, 0, v["c/pg"])
+	// Leaving while the probe that follows runs, then as before: never down.
+	rec.waitVerdict("c/pg", 10*time.Second, func(v Verdict, ok bool) error {
+		if v.State != Up || v.Leaving {
+			return fmt.Errorf("%v, leaving %t: want up, no longer leaving", v.State, v.Leaving)
+		}
+		return nil
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, v := range rec.views[before:] {
+		if v["c/pg"].State != Up {
+			t.Errorf("View %d after the session was terminated: %v/%s, want up throughout", before+i, v["c/pg"].State, v["c/pg"].Cause)
+		}
 	}
 }
 

@@ -23,8 +23,9 @@ type status struct {
 	State  string         `json:"state"`
 	Role   string         `json:"role,omitempty"`
 	WAL    uint64         `json:"wal,omitempty"`
-	TL     uint32         `json:"tl,omitempty"`  // a primary's timeline
-	Sys    uint64         `json:"sys,omitempty"` // the server's system identifier
+	TL     uint32         `json:"tl,omitempty"`      // a primary's timeline
+	Gone   bool           `json:"leaving,omitempty"` // the server ended the session: see health.Verdict.Leaving
+	Sys    uint64         `json:"sys,omitempty"`     // the server's system identifier
 	Cause  string         `json:"cause,omitempty"`
 	Detail string         `json:"detail,omitempty"`
 	Last   int64          `json:"last,omitempty"` // the probe's time, Unix µs
@@ -35,7 +36,7 @@ type status struct {
 func newStatus(addr netip.AddrPort, holder string, at time.Time, p health.Progress) status {
 	v := p.Verdict
 	s := status{Addr: addr, Holder: holder, At: at.UnixMicro(), State: v.State.String(), Role: v.Role,
-		WAL: v.WAL, TL: v.Timeline, Sys: v.SystemID, Cause: v.Cause, Detail: v.Detail, OK: p.OK, Fail: p.Fail}
+		WAL: v.WAL, TL: v.Timeline, Sys: v.SystemID, Gone: v.Leaving, Cause: v.Cause, Detail: v.Detail, OK: p.OK, Fail: p.Fail}
 	if !v.Last.IsZero() {
 		s.Last = v.Last.UnixMicro()
 	}
@@ -44,7 +45,7 @@ func newStatus(addr netip.AddrPort, holder string, at time.Time, p health.Progre
 
 // progress is the status as the health package's Progress.
 func (s status) progress() health.Progress {
-	v := health.Verdict{Role: s.Role, WAL: s.WAL, Timeline: s.TL, SystemID: s.Sys, Cause: s.Cause, Detail: s.Detail}
+	v := health.Verdict{Role: s.Role, WAL: s.WAL, Timeline: s.TL, SystemID: s.Sys, Leaving: s.Gone, Cause: s.Cause, Detail: s.Detail}
 	switch s.State {
 	case "up":
 		v.State = health.Up
@@ -128,6 +129,6 @@ func mac(secret []byte, key string, body []byte) []byte {
 func sameVerdict(a, b health.Progress, wal, counters bool) bool {
 	va, vb := a.Verdict, b.Verdict
 	return va.State == vb.State && va.Role == vb.Role && va.Cause == vb.Cause &&
-		va.Timeline == vb.Timeline && va.SystemID == vb.SystemID &&
+		va.Timeline == vb.Timeline && va.SystemID == vb.SystemID && va.Leaving == vb.Leaving &&
 		(!wal || va.WAL == vb.WAL) && (!counters || a.OK == b.OK && a.Fail == b.Fail)
 }
