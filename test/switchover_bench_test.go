@@ -42,7 +42,14 @@ import (
 // naming the new primary, and the answers of primary.local that had no
 // address (NODATA) or named a server that was not the primary of record.
 // A write acknowledged by a server that was not the primary of record
-// (switchoverRecord) at any moment of its attempt is a wrong write.
+// (switchoverRecord) at any moment of its attempt is a wrong write; a
+// write the old primary acknowledged that the new primary lacks is lost
+// (replication is asynchronous, and a promotion started with the stop may
+// fork before the old primary's last WAL: then the other standby, which
+// replayed it, is rebuilt rather than followed, and the round says so).
+// Each round also prints the role sessions the fleet held when it began
+// (coredns_pgcluster_check_sessions): a round without a session to the
+// promoted node sees the promotion at the check interval.
 //
 // SWITCHOVER_ROUNDS sets the number of rounds of each kind (default 10),
 // SWITCHOVER_INTERVAL the fleet's check interval (default: the Corefile's

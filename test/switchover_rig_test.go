@@ -32,7 +32,7 @@ import (
 
 // switchoverHosts are the nodes' addresses: one each, so that an A record
 // names a node.
-var switchoverHosts = [3]string{"127.0.0.71", "127.0.0.72", "127.0.0.73"}
+var switchoverHosts = [3]string{"127.0.0.151", "127.0.0.152", "127.0.0.153"}
 
 // switchoverTable is where both writers insert; the server that took a row
 // names itself in the columns' defaults.
