@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -75,8 +77,8 @@ func BenchmarkSwitchover(b *testing.B) {
 	s := &switchoverRun{rig: startSwitchoverRig(b, interval), record: &switchoverRecord{}}
 	s.record.begin(0, begun)
 	s.start(b)
-	fmt.Printf("switchover: rig ready in %v; check postgres, interval %s, rise 2, fall 2, ttl 1, 3 instances sharing checks through Redis\n",
-		time.Since(begun).Round(time.Millisecond), switchoverOr(interval, "2s (default)"))
+	fmt.Printf("switchover: bin/coredns and discovery built from %s; rig ready in %v; check postgres, interval %s, rise 2, fall 2, ttl 1, 3 instances sharing checks through Redis\n",
+		switchoverSource(), time.Since(begun).Round(time.Millisecond), switchoverOr(interval, "2s (default)"))
 	fmt.Println(switchoverRoundHeader)
 
 	var results []switchoverRound
@@ -131,6 +133,16 @@ const (
 	// after every instance stopped naming a primary.
 	switchoverSplitWatch = 3 * time.Second
 )
+
+// switchoverSource names the source the run measures: the commit, and
+// "-dirty" when the working tree had changes (others' work in progress).
+func switchoverSource() string {
+	out, err := exec.Command("git", "describe", "--always", "--dirty").Output()
+	if err != nil {
+		return "an unknown source (git describe: " + err.Error() + ")"
+	}
+	return strings.TrimSpace(string(out))
+}
 
 func switchoverOr(s, d string) string {
 	if s == "" {

@@ -145,7 +145,8 @@ func startSwitchoverRig(b *testing.B, interval string) *switchoverRig {
 }
 
 // switchoverCorefile is the fleet's Corefile: check postgres at the
-// default interval unless one is given (an experiment), rise 2, fall 2,
+// default interval unless one is given (an experiment; one of 1s or less
+// gets a timeout of half of it), rise 2, fall 2,
 // TTL 1 s, the checks shared through Redis and signed, and metrics (the
 // rounds print how many role sessions the fleet holds).
 func switchoverCorefile(dsn, redisURL, secret, interval string) string {
@@ -161,6 +162,10 @@ func switchoverCorefile(dsn, redisURL, secret, interval string) string {
 	}
 	if interval != "" {
 		lines = append(lines, "interval "+interval)
+		// The default timeout (1s) must stay shorter than the interval.
+		if d, err := time.ParseDuration(interval); err == nil && d <= time.Second {
+			lines = append(lines, "timeout "+(d/2).String())
+		}
 	}
 	return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  %s\n }\n}\n",
 		Zone, PortPlaceholder, MetricsPlaceholder, strings.Join(lines, "\n  "))
