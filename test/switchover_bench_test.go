@@ -89,10 +89,14 @@ func BenchmarkSwitchover(b *testing.B) {
 			kind = switchoverUnplanned
 		}
 		var res switchoverRound
-		if failedInARow >= switchoverMaxFailedInARow || time.Since(begun) > switchoverBudget {
+		switch {
+		case time.Since(begun) > switchoverBudget:
 			res = switchoverRound{kind: kind, n: i/2 + 1, from: -1, to: -1,
-				cause: fmt.Sprintf("not run: %d rounds failed in a row, or the run passed its budget of %v", failedInARow, switchoverBudget)}
-		} else {
+				cause: fmt.Sprintf("not run: the rounds passed their budget of %v", switchoverBudget)}
+		case failedInARow >= switchoverMaxFailedInARow:
+			res = switchoverRound{kind: kind, n: i/2 + 1, from: -1, to: -1,
+				cause: fmt.Sprintf("not run: %d rounds failed in a row before it", failedInARow)}
+		default:
 			res = s.round(kind, i/2+1)
 			s.analyse(&res)
 		}
