@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,8 @@ type probeFunc func(ctx context.Context, addr netip.AddrPort) result
 type Checker struct {
 	cfg   Config
 	probe probeFunc
+
+	polls atomic.Int64 // role polls run on the sessions, for the benchmarks
 
 	mu      sync.Mutex
 	targets map[string]Target // the set given to SetTargets

@@ -2,12 +2,7 @@ package health
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"strconv"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // pollQuery is what a session reads every RoleInterval: the role and a
@@ -121,36 +116,44 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 		return // the probes of every Interval judge connecting
 	}
 	_, err := conn.Prepare(connectCtx, pollStatement, pollQuery, nil)
+	if err == nil {
+		err = conn.SyncConn(connectCtx)
+	}
 	cancel()
 	if err != nil {
 		conn.Close(context.Background())
 		return
 	}
+	hc, err := conn.Hijack()
+	if err != nil {
+		conn.Close(context.Background())
+		return
+	}
+	p := newPoller(hc.Conn, c.cfg.Timeout)
 	c.observeSession(1)
 	defer c.observeSession(-1)
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
-		conn.Close(ctx)
-		cancel()
-	}()
+	defer p.close()
+	stop := context.AfterFunc(s.ctx, p.interrupt)
+	defer stop()
 	next := time.Now()
 	for {
 		// Between polls, listen: a server that shuts down or dies ends the
 		// session at once (57P01, 57P02, EOF), and that is news now, not
 		// at the next poll.
 		next = next.Add(c.cfg.RoleInterval)
-		if err := c.listen(s.ctx, conn, next); err != nil {
+		if err := p.listen(next); err != nil {
 			if s.ctx.Err() != nil {
 				return
 			}
-			c.sessionFailed(r, w, s, err, conn.IsClosed(), time.Now())
+			c.sessionFailed(r, w, s, err, p.closed, time.Now())
 			return
 		}
 		at := time.Now()
 		if at.Sub(next) > c.cfg.RoleInterval {
 			next = at // fell behind (a slow poll): no burst to catch up
 		}
-		res, err := c.poll(s.ctx, conn)
+		res, err := p.poll()
+		c.polls.Add(1)
 		if s.ctx.Err() != nil {
 			return // closed meanwhile: not a result
 		}
@@ -158,53 +161,9 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 			c.judgePoll(r, w, res, at)
 			continue
 		}
-		c.sessionFailed(r, w, s, err, conn.IsClosed(), at)
+		c.sessionFailed(r, w, s, err, p.closed, at)
 		return
 	}
-}
-
-// listen reads conn until the deadline: nil when nothing but notices and
-// notifications came, the error that ended the session otherwise.
-func (c *Checker) listen(ctx context.Context, conn *pgconn.PgConn, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	for {
-		err := conn.WaitForNotification(ctx)
-		switch {
-		case err == nil:
-			continue // a notification: none is asked for, none matters
-		case ctx.Err() != nil && !conn.IsClosed() && (pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)):
-			return nil // the deadline: time to poll
-		}
-		return err
-	}
-}
-
-// poll runs pollQuery once on conn, within Timeout.
-func (c *Checker) poll(ctx context.Context, conn *pgconn.PgConn) (result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
-	rr := conn.ExecPrepared(ctx, pollStatement, nil, nil, nil).Read()
-	if rr.Err != nil {
-		return result{}, rr.Err
-	}
-	return parsePoll(rr.Rows)
-}
-
-// parsePoll reads pollQuery's one row.
-func parsePoll(rows [][][]byte) (result, error) {
-	if len(rows) != 1 || len(rows[0]) != 2 {
-		return result{}, errors.New("the role poll did not return one row of two columns")
-	}
-	role, err := parseRole(rows[0][0])
-	if err != nil {
-		return result{}, err
-	}
-	tl, err := strconv.ParseInt(string(rows[0][1]), 10, 64)
-	if err != nil || tl < 0 || tl > 1<<32-1 {
-		return result{}, fmt.Errorf("timeline %q is not a 32-bit number", rows[0][1])
-	}
-	return result{cause: CauseOK, role: role, tl: uint32(tl)}, nil
 }
 
 // judgePoll applies a successful poll: only a change is news.

@@ -167,6 +167,11 @@ func (p *Postgres) ReplayLSN(ctx context.Context) (uint64, error) {
 }
 
 // queryRow runs one query on a new connection to database postgres and scans its row.
+// QueryRow runs sql in database postgres and scans its one row into dest.
+func (p *Postgres) QueryRow(ctx context.Context, sql string, dest ...any) error {
+	return p.queryRow(ctx, sql, dest...)
+}
+
 func (p *Postgres) queryRow(ctx context.Context, sql string, dest ...any) error {
 	conn, err := pgx.Connect(ctx, p.DSN(""))
 	if err != nil {

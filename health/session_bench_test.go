@@ -1,0 +1,161 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgcluster/pgcluster/internal/pgtest"
+)
+
+// BenchmarkRolePollCost measures what the sessions of RoleInterval cost: 1,000
+// targets spread over 3 real PostgreSQL servers, each with its session and a
+// poll every 100 ms, for 20 s once every session is open
+// (HEALTH_BENCH_DURATION and HEALTH_BENCH_SESSIONS override). It reports the servers' CPU per poll
+// (every process of the three, from /proc/PID/schedstat, which counts
+// nanoseconds on CPU, over the polls the checker ran) and this checker's
+// CPU in cores (getrusage). Interval
+// is long (1 min): the probes' connects are not what is measured. Goals: at
+// most 15 µs of server CPU per poll, at most 0.2 core for the checker.
+//
+//	go test -run '^$' -bench RolePollCost ./health/
+func BenchmarkRolePollCost(b *testing.B) {
+	const roleInterval = 100 * time.Millisecond
+	targets := 1000
+	if s := os.Getenv("HEALTH_BENCH_SESSIONS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			b.Fatalf("HEALTH_BENCH_SESSIONS=%q: want a count", s)
+		}
+		targets = n
+	}
+	duration := 20 * time.Second
+	if s := os.Getenv("HEALTH_BENCH_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			b.Fatalf("HEALTH_BENCH_DURATION=%q: %v", s, err)
+		}
+		duration = d
+	}
+	raiseFileLimit(b)
+	var servers []*pgtest.Postgres
+	for i := range 3 {
+		servers = append(servers, pgtest.New(b, pgtest.Options{Host: fmt.Sprintf("127.0.0.%d", 81+i),
+			Settings: map[string]string{"max_connections": "400"}}))
+	}
+	var ts []Target
+	for i := range targets {
+		pg := servers[i%len(servers)]
+		ts = append(ts, Target{Key: fmt.Sprintf("c/n%d", i), Addr: netip.AddrPortFrom(netip.MustParseAddr(pg.Host), uint16(pg.Port))})
+	}
+	var open atomic.Int32
+	c, err := New(Config{Check: CheckPostgres, Options: "user=postgres dbname=postgres sslmode=disable", Interval: time.Minute,
+		Timeout: 5 * time.Second, Rise: 1, Fall: 2, RoleInterval: roleInterval,
+		ObserveSession: func(d int) { open.Add(int32(d)) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.SetTargets(ts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.Run(ctx, nil) }()
+	defer func() { cancel(); <-done }()
+	// Every target's first probe falls within the first Interval; then
+	// measure what is open (a session whose connect failed opens again at
+	// the next probe, a minute later).
+	err = pgtest.WaitFor(2*time.Minute, func() error {
+		if n := open.Load(); int(n) < targets*95/100 {
+			return fmt.Errorf("%d sessions open, want at least 95%% of %d", n, targets)
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+
+	serverCPU := func() (d time.Duration) {
+		for _, pg := range servers {
+			d += treeCPU(b, pg)
+		}
+		return d
+	}
+	n0 := open.Load()
+	c0, s0, p0, t0 := c.polls.Load(), serverCPU(), processCPU(), time.Now()
+	time.Sleep(duration) // the measurement window
+	c1, s1, p1, t1 := c.polls.Load(), serverCPU(), processCPU(), time.Now()
+	polls := c1 - c0
+	wall := t1.Sub(t0)
+	perPoll := time.Duration(int64(s1-s0) / max(polls, 1))
+	checker := (p1 - p0).Seconds() / wall.Seconds()
+	want := float64(targets) * wall.Seconds() / roleInterval.Seconds()
+	b.ReportMetric(float64(perPoll.Nanoseconds())/1e3, "server-µs/poll")
+	b.ReportMetric(checker, "checker-cores")
+	b.ReportMetric(float64(polls)/wall.Seconds(), "polls/s")
+	fmt.Printf("role polls: %d targets over %d servers, %d sessions open at the start and %d at the end, role_interval %v, %v: %d polls (%.0f for every target), %.1f µs of server CPU per poll, checker %.3f cores\n",
+		targets, len(servers), n0, open.Load(), roleInterval, wall.Round(time.Millisecond), polls, want, float64(perPoll.Nanoseconds())/1e3, checker)
+}
+
+// treeCPU is the CPU time of pg's postmaster and every process it started
+// (its backends, the checkpointer, ...), from /proc/PID/schedstat.
+func treeCPU(b *testing.B, pg *pgtest.Postgres) time.Duration {
+	pidFile, err := os.ReadFile(filepath.Join(pg.Dir, "data", "postmaster.pid"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	first, _, _ := strings.Cut(string(pidFile), "\n")
+	postmaster, err := strconv.Atoi(strings.TrimSpace(first))
+	if err != nil {
+		b.Fatalf("postmaster.pid: %v", err)
+	}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total time.Duration
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pid != postmaster && parentOf(pid) != postmaster {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/schedstat", pid))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		ns, err := strconv.ParseInt(strings.Fields(string(data))[0], 10, 64)
+		if err == nil {
+			total += time.Duration(ns)
+		}
+	}
+	return total
+}
+
+// parentOf is a process's parent pid, 0 when it cannot be read.
+func parentOf(pid int) int {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
+}
