@@ -80,16 +80,20 @@ says. See every node in or out and why, which instance holds its lease and
 which checked it (instances by their token in Redis; exit status 0 while
 every cluster has one serving primary):
   %[8]s
-Stop pg3's server and watch all three instances drop it within
-fall x interval + timeout (3 s here):
+Stop pg3's server and watch all three instances drop it at once: the
+instance holding its lease keeps a session to it, which the server ends as
+it shuts down (without it: fall x interval + timeout, 3 s here):
   watch -n1 '%[1]s'        # or: %[8]s -watch
   %[3]s stop -m fast
   dig @127.0.0.1 -p %[2]s TXT pg3.local.%[4]s    # reason=check_refused
   %[8]s    # pg3: down (refused), out, check_refused
   %[3]s start
-Fail over for real: stop the primary pg1, promote pg2, and watch primary.:
-  watch -n1 '%[5]s'
-  %[6]s stop -m fast && %[7]s promote
+Fail over for real: stop the primary pg1, promote pg2, and watch primary.
+move within about role_interval (100 ms) of the promotion, never without an
+address meanwhile (TXT state=held, then state=serving node=pg2):
+  watch -n0.2 '%[5]s'
+  %[6]s stop -m fast & %[7]s promote; wait
+  dig @127.0.0.1 -p %[2]s TXT primary.local.%[4]s
 
 `, digLoop(d, "local."+zone), d.fleet[len(d.fleet)-1].port(), pgCtl(pg3), zone, digLoop(d, "primary.local."+zone), pgCtl(pg1), pgCtl(pg2),
 		"bin/pgclusterctl status -postgres '"+d.dsn+"' -redis "+d.redis.URL()+" -allow-loopback")
