@@ -114,10 +114,7 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("switchover", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
-			pb := &publisher{p: p, set: switchoverSettings()}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(switchoverSettings(), up)
 			want(t, p, "127.0.0.11", `"state=serving" "node=pg1"`)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held" "node=pg1" "reason=check_shutting_down"`)
@@ -137,10 +134,7 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("no successor", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
-			pb := &publisher{p: p, set: switchoverSettings()}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(switchoverSettings(), up)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held"`)
 			time.Sleep(5*time.Second - time.Millisecond)
@@ -156,12 +150,9 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("all_down open", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
 			set := switchoverSettings()
 			set.allDown = allDownOpen
-			pb := &publisher{p: p, set: set}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(set, up)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held"`)
 			time.Sleep(5 * time.Second)
@@ -174,10 +165,7 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("registry takes it out", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
-			pb := &publisher{p: p, set: switchoverSettings()}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(switchoverSettings(), up)
 			nodes := switchoverNodes()
 			nodes[0].Healthy = false
 			pb.apply(nodes, nil)
@@ -187,10 +175,7 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("back as a standby", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
-			pb := &publisher{p: p, set: switchoverSettings()}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(switchoverSettings(), up)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held"`)
 			pb.setView(health.View{"local/pg1": upAs("standby", 0, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
@@ -200,16 +185,23 @@ func TestPrimaryHold(t *testing.T) {
 
 	t.Run("primary_hold off", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			p := &PgCluster{}
 			set := switchoverSettings()
 			set.primaryHold = 0
-			pb := &publisher{p: p, set: set}
-			pb.apply(switchoverNodes(), nil)
-			pb.setView(up)
+			p, pb := servingPrimary(set, up)
 			pb.setView(left)
 			want(t, p, "", `"state=none"`)
 		})
 	})
+}
+
+// servingPrimary is a publisher of set with the switchover nodes and the
+// view up: pg1 the serving primary.
+func servingPrimary(set *settings, up health.View) (*PgCluster, *publisher) {
+	p := &PgCluster{}
+	pb := &publisher{p: p, set: set}
+	pb.apply(switchoverNodes(), nil)
+	pb.setView(up)
+	return p, pb
 }
 
 // A primary whose server ended the check's session is leaving: a standby

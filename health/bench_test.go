@@ -29,14 +29,7 @@ import (
 //
 //	go test -run '^$' -bench ProbeCost ./health/
 func BenchmarkProbeCost(b *testing.B) {
-	duration := 20 * time.Second
-	if s := os.Getenv("HEALTH_BENCH_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			b.Fatalf("HEALTH_BENCH_DURATION=%q: %v", s, err)
-		}
-		duration = d
-	}
+	duration := benchDuration(b)
 	raiseFileLimit(b)
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("targets=%d", n), func(b *testing.B) { benchProbeCost(b, n, duration) })
@@ -167,6 +160,20 @@ func (l *listeners) cpu(b *testing.B) time.Duration {
 		b.Fatalf("listener process answered %q: %v", l.out.Text(), err)
 	}
 	return time.Duration(ns)
+}
+
+// benchDuration is how long a benchmark measures: 20 s, or
+// HEALTH_BENCH_DURATION.
+func benchDuration(b *testing.B) time.Duration {
+	s := os.Getenv("HEALTH_BENCH_DURATION")
+	if s == "" {
+		return 20 * time.Second
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		b.Fatalf("HEALTH_BENCH_DURATION=%q: %v", s, err)
+	}
+	return d
 }
 
 // raiseFileLimit lifts RLIMIT_NOFILE to its hard limit (the listener process inherits it).

@@ -36,14 +36,7 @@ func BenchmarkRolePollCost(b *testing.B) {
 		}
 		targets = n
 	}
-	duration := 20 * time.Second
-	if s := os.Getenv("HEALTH_BENCH_DURATION"); s != "" {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			b.Fatalf("HEALTH_BENCH_DURATION=%q: %v", s, err)
-		}
-		duration = d
-	}
+	duration := benchDuration(b)
 	raiseFileLimit(b)
 	var servers []*pgtest.Postgres
 	for i := range 3 {

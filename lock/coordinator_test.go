@@ -70,12 +70,20 @@ func startInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Tar
 	for _, o := range opts {
 		o(&cfg)
 	}
+	return startChecked(t, rdb, targets, cfg, health.Config{Check: health.CheckTCP, Interval: fleetInterval, Timeout: fleetTimeout, Rise: 1, Fall: 1})
+}
+
+// startChecked starts a fleet member with the coordinator cfg and the
+// checks hc (its Shared is the coordinator) on rdb, until the test ends or
+// stop is called.
+func startChecked(t *testing.T, rdb redis.UniversalClient, targets []health.Target, cfg Config, hc health.Config) *instance {
+	t.Helper()
 	coord, err := NewCoordinator(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check, err := health.New(health.Config{Check: health.CheckTCP, Interval: fleetInterval, Timeout: fleetTimeout,
-		Rise: 1, Fall: 1, Shared: coord})
+	hc.Shared = coord
+	check, err := health.New(hc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,8 @@
 package lock
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,11 +94,8 @@ func TestCoordinatorSessionsOnePerNode(t *testing.T) {
 // pgInstance is a fleet member with the postgres check, counting its
 // sessions.
 type pgInstance struct {
-	coord    *Coordinator
+	*instance
 	sessions atomic.Int32
-
-	mu   sync.Mutex
-	view health.View
 }
 
 func (in *pgInstance) verdict(key string) health.Verdict {
@@ -113,30 +108,11 @@ func (in *pgInstance) verdict(key string) health.Verdict {
 // targets every interval, until the test ends.
 func startPGInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Target, interval time.Duration) *pgInstance {
 	t.Helper()
-	coord, err := NewCoordinator(rdb, Config{Prefix: "fleet:", Interval: interval, Timeout: 500 * time.Millisecond, Resync: time.Second, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := &pgInstance{coord: coord}
-	check, err := health.New(health.Config{Check: health.CheckPostgres, Options: "user=postgres dbname=postgres sslmode=disable",
-		Interval: interval, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 2, RoleInterval: 50 * time.Millisecond,
-		Shared: coord, ObserveSession: func(d int) { in.sessions.Add(int32(d)) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	coord.SetProbeNow(check.ProbeNow)
-	coord.SetTargets(targets)
-	check.SetTargets(targets)
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { check.Run(ctx, nil) })
-	wg.Go(func() {
-		coord.Run(ctx, func(v health.View) {
-			in.mu.Lock()
-			in.view = v
-			in.mu.Unlock()
-		})
-	})
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	in := &pgInstance{}
+	in.instance = startChecked(t, rdb, targets,
+		Config{Prefix: "fleet:", Interval: interval, Timeout: 500 * time.Millisecond, Resync: time.Second, Logf: t.Logf},
+		health.Config{Check: health.CheckPostgres, Options: "user=postgres dbname=postgres sslmode=disable",
+			Interval: interval, Timeout: 500 * time.Millisecond, Rise: 1, Fall: 2, RoleInterval: 50 * time.Millisecond,
+			ObserveSession: func(d int) { in.sessions.Add(int32(d)) }})
 	return in
 }
