@@ -49,9 +49,11 @@ import (
 // (replication is asynchronous, and a promotion started with the stop may
 // fork before the old primary's last WAL: then the other standby, which
 // replayed it, is rebuilt rather than followed, and the round says so).
-// Each round also prints the role sessions the fleet held when it began
-// (coredns_pgcluster_check_sessions): a round without a session to the
-// promoted node sees the promotion at the check interval.
+// Each round begins once the fleet holds a role session per node
+// (coredns_pgcluster_check_sessions, waited for up to 10 s, the count
+// printed): they open about a second after the answers settle, and a round
+// without a session to the promoted node sees the promotion at the check
+// interval.
 //
 // SWITCHOVER_ROUNDS sets the number of rounds of each kind (default 10),
 // SWITCHOVER_INTERVAL the fleet's check interval (default: the Corefile's
@@ -77,8 +79,10 @@ func BenchmarkSwitchover(b *testing.B) {
 	s := &switchoverRun{rig: startSwitchoverRig(b, interval), record: &switchoverRecord{}}
 	s.record.begin(0, begun)
 	s.start(b)
-	fmt.Printf("switchover: bin/coredns and discovery built from %s; rig ready in %v; check postgres, interval %s, rise 2, fall 2, ttl 1, 3 instances sharing checks through Redis\n",
-		switchoverSource(), time.Since(begun).Round(time.Millisecond), switchoverOr(interval, "2s (default)"))
+	ready := time.Now()
+	sessions := s.rig.awaitSessions(switchoverSessionsTimeout)
+	fmt.Printf("switchover: bin/coredns and discovery built from %s; rig ready in %v, %d role sessions %v later; check postgres, interval %s, rise 2, fall 2, ttl 1, 3 instances sharing checks through Redis\n",
+		switchoverSource(), ready.Sub(begun).Round(time.Millisecond), sessions, time.Since(ready).Round(time.Millisecond), switchoverOr(interval, "2s (default)"))
 	fmt.Println(switchoverRoundHeader)
 
 	var results []switchoverRound
@@ -133,6 +137,12 @@ const (
 	switchoverRoundTimeout = 60 * time.Second
 	// switchoverCrashDelay is how long after a crash the standby is promoted.
 	switchoverCrashDelay = time.Second
+	// switchoverSessionsTimeout bounds the wait, before a round, for the
+	// fleet to hold a role session per node: they open a moment after the
+	// answers settle (about a second after the fleet's start), and a round
+	// begun without one measures the check interval, not the fleet at rest.
+	// A fleet that never holds them is measured anyway, the count printed.
+	switchoverSessionsTimeout = 10 * time.Second
 	// switchoverSplitWatch is how long the split-brain round keeps writing
 	// after every instance stopped naming a primary.
 	switchoverSplitWatch = 3 * time.Second
@@ -231,7 +241,7 @@ func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
 		res.cause = "before the round: " + err.Error()
 		return res
 	}
-	res.sessions = r.sessions()
+	res.sessions = r.awaitSessions(switchoverSessionsTimeout)
 	old, next := r.nodes[res.from], r.nodes[res.to]
 	var err error
 	switch kind {
@@ -334,7 +344,7 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 		res.cause = "before the round: " + err.Error()
 		return res
 	}
-	res.sessions = r.sessions()
+	res.sessions = r.awaitSessions(switchoverSessionsTimeout)
 	res.fault = time.Now()
 	res.ordered = res.fault
 	s.record.end(res.from, res.ordered)

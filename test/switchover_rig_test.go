@@ -305,6 +305,21 @@ func (r *switchoverRig) sessions() int {
 	return total
 }
 
+// awaitSessions waits up to timeout until the fleet holds a role session
+// per node, and returns how many it holds.
+// It reads the instances' metrics every 100 ms (not WaitFor's 5 ms: each
+// read is three scrapes).
+func (r *switchoverRig) awaitSessions(timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		n := r.sessions()
+		if n >= len(r.nodes) || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // switchoverQuery asks addr for name's A records over UDP.
 func switchoverQuery(addr, name string) (*dns.Msg, error) {
 	m := new(dns.Msg)
