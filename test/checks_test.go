@@ -151,6 +151,9 @@ func TestCheckAllDown(t *testing.T) {
 	if err := hasAddr(s, "local."+Zone, "127.0.0.24", "127.0.0.25"); err != nil {
 		t.Fatalf("all_down open: %v", err)
 	}
+	// The primary first stays held (primary_hold: fall x interval +
+	// timeout, 250 ms here), then all_down open answers it, and says so.
+	wantTXT(t, s, "primary.local."+Zone, `"state=fail_open" "node=n1"`)
 	if err := hasAddr(s, "primary.local."+Zone, "127.0.0.24"); err != nil {
 		t.Fatalf("all_down open: %v", err)
 	}
