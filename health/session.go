@@ -152,6 +152,12 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 		if at.Sub(next) > c.cfg.RoleInterval {
 			next = at // fell behind (a slow poll): no burst to catch up
 		}
+		// The lease went to another instance (or Redis stopped
+		// answering): what this session reads would reach nobody, and
+		// the new holder opens its own. Closed now, not at the next tick.
+		if !c.mayKeepSession(w) {
+			return
+		}
 		res, err := p.poll()
 		c.polls.Add(1)
 		if s.ctx.Err() != nil {

@@ -258,6 +258,35 @@ func TestSessionOnlyWhereAllowed(t *testing.T) {
 	}
 }
 
+// A session ends within a poll of Shared no longer allowing it (the lease
+// went to another instance), not at the next probe of a 10 s Interval.
+func TestSessionEndsWithItsLease(t *testing.T) {
+	pg := pgtest.New(t)
+	var open atomic.Int32
+	cfg := sessionConfig(&open)
+	keep := &toggleShared{}
+	keep.allow.Store(true)
+	cfg.Shared = keep
+	c := mustNew(t, cfg)
+	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+	begun := time.Now()
+	keep.allow.Store(false)
+	waitSessions(t, &open, 0)
+	if took := time.Since(begun); took > 5*time.Second {
+		t.Errorf("the session closed %v after its lease went, want within a few polls (RoleInterval %v), not at the next probe", took, cfg.RoleInterval)
+	}
+}
+
+// toggleShared probes every target and allows sessions while allow holds.
+type toggleShared struct{ allow atomic.Bool }
+
+func (*toggleShared) Claim(Target) (bool, Progress) { return true, Progress{} }
+func (*toggleShared) Record(Target, Progress)       {}
+func (s *toggleShared) KeepSession(Target) bool     { return s.allow.Load() }
+
 // allShared probes every target and allows no session (it does not
 // implement Sessions).
 type allShared struct{}
