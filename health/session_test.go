@@ -73,11 +73,7 @@ func TestSessionSeesPromotion(t *testing.T) {
 func TestSessionFastShutdownLeavesAtOnce(t *testing.T) {
 	pg := pgtest.New(t)
 	var open atomic.Int32
-	c := mustNew(t, sessionConfig(&open))
-	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
-	rec, _ := start(t, c, 0)
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	rec := startOneSession(t, sessionConfig(&open), pgAddr(pg), &open)
 
 	begun := time.Now()
 	stopped := make(chan error, 1)
@@ -110,11 +106,7 @@ func TestSessionTerminatedChangesNothing(t *testing.T) {
 	var open atomic.Int32
 	cfg := sessionConfig(&open)
 	cfg.Options += " application_name=pgcluster_session_test"
-	c := mustNew(t, cfg)
-	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
-	rec, _ := start(t, c, 0)
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	rec := startOneSession(t, cfg, pgAddr(pg), &open)
 	_, before := rec.last()
 	pid := func() (n int) {
 		query(t, pg, func(conn *pgx.Conn) error {
@@ -164,11 +156,7 @@ func TestSessionLetsSmartShutdownFinish(t *testing.T) {
 	var open atomic.Int32
 	cfg := sessionConfig(&open)
 	cfg.Interval = 200 * time.Millisecond
-	c := mustNew(t, cfg)
-	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
-	rec, _ := start(t, c, 0)
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	rec := startOneSession(t, cfg, pgAddr(pg), &open)
 	begun := time.Now()
 	if err := pg.StopMode("smart"); err != nil {
 		t.Fatal(err)
@@ -191,11 +179,7 @@ func TestSessionPollTimeoutCounts(t *testing.T) {
 	fz := newFreezer(t, pgAddr(pg))
 	var open atomic.Int32
 	cfg := sessionConfig(&open)
-	c := mustNew(t, cfg)
-	c.SetTargets([]Target{{"c/pg", fz.addr}})
-	rec, _ := start(t, c, 0)
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	rec := startOneSession(t, cfg, fz.addr, &open)
 	begun := time.Now()
 	fz.freeze()
 	v := rec.waitVerdict("c/pg", 10*time.Second, isState(Down, CauseTimeout))
@@ -267,11 +251,7 @@ func TestSessionEndsWithItsLease(t *testing.T) {
 	keep := &toggleShared{}
 	keep.allow.Store(true)
 	cfg.Shared = keep
-	c := mustNew(t, cfg)
-	c.SetTargets([]Target{{"c/pg", pgAddr(pg)}})
-	rec, _ := start(t, c, 0)
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	startOneSession(t, cfg, pgAddr(pg), &open)
 	begun := time.Now()
 	keep.allow.Store(false)
 	waitSessions(t, &open, 0)
@@ -300,6 +280,19 @@ type sessionShared struct{ keep string }
 func (sessionShared) Claim(Target) (bool, Progress) { return true, Progress{} }
 func (sessionShared) Record(Target, Progress)       {}
 func (s sessionShared) KeepSession(t Target) bool   { return t.Key == s.keep }
+
+// startOneSession runs a checker of cfg with one target, c/pg at addr,
+// until the test ends, and waits until it is Up with its session open
+// (counted in open, cfg's ObserveSession).
+func startOneSession(t *testing.T, cfg Config, addr netip.AddrPort, open *atomic.Int32) *recorder {
+	t.Helper()
+	c := mustNew(t, cfg)
+	c.SetTargets([]Target{{"c/pg", addr}})
+	rec, _ := start(t, c, 0)
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, open, 1)
+	return rec
+}
 
 // waitSessions waits until n sessions are open.
 func waitSessions(t testing.TB, open *atomic.Int32, n int32) {
