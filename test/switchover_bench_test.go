@@ -228,20 +228,31 @@ func (s *switchoverRun) named(node int, from time.Time, timeout time.Duration) e
 	})
 }
 
+// ready readies the rig for the round res: steady, both writers writing on
+// the primary of record, the fleet's role sessions counted. When it is not,
+// res.cause says why and the round is not run.
+func (s *switchoverRun) ready(res *switchoverRound) bool {
+	r := s.rig
+	if err := r.steady(switchoverSteadyTimeout); err != nil {
+		res.cause = "the rig was not steady before the round: " + err.Error()
+		return false
+	}
+	if err := s.writing(r.primary, time.Now(), 10*time.Second); err != nil {
+		res.cause = "before the round: " + err.Error()
+		return false
+	}
+	res.sessions = r.awaitSessions(switchoverSessionsTimeout)
+	return true
+}
+
 // round runs one planned or unplanned switchover, from the primary of
 // record to the next node, and restores the rig.
 func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
 	r := s.rig
 	res := switchoverRound{kind: kind, n: n, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
-	if err := r.steady(switchoverSteadyTimeout); err != nil {
-		res.cause = "the rig was not steady before the round: " + err.Error()
+	if !s.ready(&res) {
 		return res
 	}
-	if err := s.writing(r.primary, time.Now(), 10*time.Second); err != nil {
-		res.cause = "before the round: " + err.Error()
-		return res
-	}
-	res.sessions = r.awaitSessions(switchoverSessionsTimeout)
 	old, next := r.nodes[res.from], r.nodes[res.to]
 	var err error
 	switch kind {
@@ -336,15 +347,9 @@ func (s *switchoverRun) crash(res *switchoverRound, old, next *switchoverNode) e
 func (s *switchoverRun) splitBrain() switchoverRound {
 	r := s.rig
 	res := switchoverRound{kind: switchoverSplit, n: 1, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
-	if err := r.steady(switchoverSteadyTimeout); err != nil {
-		res.cause = "the rig was not steady before the round: " + err.Error()
+	if !s.ready(&res) {
 		return res
 	}
-	if err := s.writing(r.primary, time.Now(), 10*time.Second); err != nil {
-		res.cause = "before the round: " + err.Error()
-		return res
-	}
-	res.sessions = r.awaitSessions(switchoverSessionsTimeout)
 	res.fault = time.Now()
 	res.ordered = res.fault
 	s.record.end(res.from, res.ordered)
