@@ -28,6 +28,16 @@ const (
 	// closeTimeout bounds the goodbye sent to a server that may not answer.
 	closeTimeout = time.Second
 
+	// gatherWait is how long the notifications after a first one are
+	// waited for: PostgreSQL sends all of a transaction's notifications at
+	// once, one after another, so that the rest are in the bytes already
+	// received, or follow within microseconds.
+	gatherWait = 200 * time.Microsecond
+	// maxRereads bounds the reads made again because notifications that
+	// arrived during a read name rows it did not read (see load); the
+	// next one reads everything, which no notification can leave partial.
+	maxRereads = 3
+
 	// pingEvery is how often the connection is pinged while waiting for
 	// notifications, and pingTimeout how long a ping may take: a registry
 	// that stops answering (frozen, or cut off without a reset) is noticed
@@ -86,6 +96,10 @@ type registry struct {
 	// order of its rows.
 	rows  rowSet
 	fresh map[string][]int
+	// pending is what notifications received during the last read name:
+	// read next, since that read's snapshot may not have held their
+	// transactions.
+	pending changes
 
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
@@ -184,6 +198,9 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 	if _, err := conn.Exec(ctx, "LISTEN "+Channel); err != nil {
 		return err
 	}
+	// The full load reads whatever the notifications of the last session
+	// named.
+	r.pending = changes{}
 	next, err := r.load(ctx, conn, nil)
 	if err != nil {
 		return err
@@ -214,16 +231,20 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 }
 
 // wait blocks until a notification arrives or d has passed, pinging the
-// connection every pingEvery meanwhile, then drains the notifications
-// already received: one read covers them all. It returns what they say
-// changed.
+// connection every pingEvery meanwhile, then gathers the notifications
+// already received and those that follow the first within gatherWait: one
+// read covers them all, and so every notification of the transaction that
+// sent the first (PostgreSQL sends them together). It returns what they
+// say changed, with what was pending; with something pending, it does not
+// block.
 func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) (changes, error) {
-	var ch changes
+	ch := r.pending
+	r.pending = changes{}
 	due := time.Now().Add(d)
-	for {
+	for !ch.any() {
 		left := time.Until(due)
 		if left <= 0 {
-			break
+			return ch, nil
 		}
 		wctx, cancel := context.WithTimeout(ctx, min(left, pingEvery))
 		n, err := conn.WaitForNotification(wctx)
@@ -239,7 +260,7 @@ func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) (c
 			return ch, err
 		}
 		if time.Until(due) <= 0 {
-			break
+			return ch, nil
 		}
 		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 		err = conn.Ping(pctx)
@@ -251,13 +272,38 @@ func (r *registry) wait(ctx context.Context, conn *pgx.Conn, d time.Duration) (c
 			return ch, fmt.Errorf("no answer to a ping within %s: %w", pingTimeout, err)
 		}
 	}
+	// A wait bounded by a deadline returns the notifications in the bytes
+	// already read before it looks at the deadline (a done context would
+	// return only those parsed already).
+	gctx, cancel := context.WithTimeout(ctx, gatherWait)
+	defer cancel()
+	for {
+		n, err := conn.WaitForNotification(gctx)
+		if n != nil {
+			ch.add(n.Payload)
+			continue
+		}
+		if ctx.Err() != nil {
+			return ch, ctx.Err()
+		}
+		if err != nil && (!pgconn.Timeout(err) || gctx.Err() == nil) {
+			return ch, err
+		}
+		return ch, nil
+	}
+}
+
+// received returns what the notifications received during the last
+// query, and parsed with its reply, say changed.
+func received(ctx context.Context, conn *pgx.Conn) changes {
+	var ch changes
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for {
-		// With a done context this returns only notifications already buffered.
+		// With a done context this returns only notifications already parsed.
 		n, _ := conn.WaitForNotification(done)
 		if n == nil {
-			return ch, nil
+			return ch
 		}
 		ch.add(n.Payload)
 	}
@@ -284,14 +330,43 @@ type aliasRow struct {
 // for a full read) in one repeatable-read snapshot and applies the registry
 // with them in place of the ones held. It returns how long until heartbeats
 // must be looked at again.
+//
+// A transaction is applied whole, never in part. Its notifications arrive
+// together, before the reply to any query sent after the first of them,
+// so those that wait did not gather arrive during the read, and the
+// snapshot holds their transaction: when they name rows the read did not
+// read, the read is made again, of everything named, in one new snapshot.
+// So is it when they belong to a transaction that committed during the
+// read, and the snapshot may hold it. Those that name only rows read are
+// read again next (pending): the snapshot may be older than their
+// transaction. What this cannot see is a transaction whose notifications
+// arrive after the reply though the snapshot holds it: PostgreSQL makes a
+// commit visible a moment before it signals the listeners, and delivers
+// notifications of more than a queue page (8 kB) in parts. Such a
+// transaction shows in part only where the read reads rows it changed for
+// an earlier one, and whole with the next read.
 func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.Duration, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	nodes, as, err := readRegistry(ctx, conn, ch)
-	if err != nil {
-		reloads.WithLabelValues(r.zone(), "error").Inc()
-		return 0, err
+	var nodes []nodeRow
+	var as []aliasRow
+	for reads := 1; ; reads++ {
+		var err error
+		nodes, as, err = readRegistry(ctx, conn, ch)
+		if err != nil {
+			reloads.WithLabelValues(r.zone(), "error").Inc()
+			return 0, err
+		}
+		during := received(ctx, conn)
+		if ch == nil || ch.covers(&during) {
+			r.pending.merge(&during)
+			break
+		}
+		ch.merge(&during)
+		if reads >= maxRereads {
+			ch.full = true
+		}
 	}
 	now := time.Now()
 	if ch == nil || ch.full {

@@ -38,6 +38,37 @@ func (c *changes) add(payload string) {
 
 func (c *changes) any() bool { return c.full || len(c.clusters) > 0 || len(c.aliases) > 0 }
 
+// covers reports whether a read of what c names reads everything o names.
+func (c *changes) covers(o *changes) bool {
+	if c.full {
+		return true
+	}
+	if o.full {
+		return false
+	}
+	for cl := range o.clusters {
+		if !c.clusters[cl] {
+			return false
+		}
+	}
+	for a := range o.aliases {
+		if !c.aliases[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// merge adds what o names to c.
+func (c *changes) merge(o *changes) {
+	if c.clusters == nil {
+		c.clusters, c.aliases = map[string]bool{}, map[string]bool{}
+	}
+	c.full = c.full || o.full
+	maps.Copy(c.clusters, o.clusters)
+	maps.Copy(c.aliases, o.aliases)
+}
+
 // rowSet is the registry as followed: each served cluster's nodes (every
 // row whose cluster is that name in lower case) with the time their
 // heartbeat ages were measured, and the aliases. Its maps are replaced,
