@@ -63,6 +63,13 @@ func diagnoseSQL(code, user string) problem {
 		return problem{"has no connection slot free (too many connections)", "raise max_connections or close idle clients; retrying with backoff"}
 	case "57P03":
 		return problem{"is starting up", "wait: retrying with backoff until it accepts connections"}
+	case "57014":
+		// The server runs and answers: it cancelled the query.
+		return problem{"cancelled a registry query (statement_timeout, or a cancel request)",
+			"reset statement_timeout for " + user + " (ALTER ROLE ... RESET statement_timeout) or raise it above a registry read, and look for a session that cancels its queries or holds a lock on pgcluster_nodes or pgcluster_aliases; retrying with backoff"}
+	case "55P03":
+		return problem{"holds a lock on a registry table past lock_timeout",
+			"look in pg_locks for the session that holds a lock on pgcluster_nodes or pgcluster_aliases (an ALTER TABLE, TRUNCATE or LOCK TABLE left open) and end it, or raise lock_timeout for " + user + "; retrying with backoff"}
 	}
 	switch {
 	case strings.HasPrefix(code, "22"):

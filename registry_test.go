@@ -204,6 +204,8 @@ func TestDiagnose(t *testing.T) {
 		{pgErr("53300"), "too many connections", "max_connections"},
 		{pgErr("57P03"), "starting up", "retrying"},
 		{pgErr("57P01"), "unreachable", "retrying"},
+		{pgErr("57014"), "cancelled a registry query", "statement_timeout"},
+		{pgErr("55P03"), "past lock_timeout", "pg_locks"},
 		{pgErr("XX000"), "SQLSTATE XX000", "retrying"},
 		{parseErr, "DSN that cannot be parsed", "postgres option"},
 		{fmt.Errorf("read pgcluster_nodes: %w", pgx.ScanArgError{ColumnIndex: 3, FieldName: "port", Err: errors.New("x")}), "type", "schema.sql"},
@@ -224,6 +226,65 @@ func TestDiagnose(t *testing.T) {
 	}
 	if p := diagnose(pgErr("42501"), ""); !strings.Contains(p.todo, "TO the DSN's user") {
 		t.Errorf("no user: %q", p.todo)
+	}
+}
+
+// A registry query cancelled by statement_timeout, or refused a lock by
+// lock_timeout, is logged as such, with what to look at: the server runs
+// and answers, it is not unreachable. Once the lock is gone, the follower
+// loads.
+func TestRegistryQueryTimeouts(t *testing.T) {
+	pg := pgtest.New(t)
+	pg.MustExec(t, Schema)
+	pg.MustExec(t, `INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('c', 'n', '192.0.2.1');
+CREATE ROLE dns_statement LOGIN; ALTER ROLE dns_statement SET statement_timeout = '200ms';
+CREATE ROLE dns_lock LOGIN; ALTER ROLE dns_lock SET lock_timeout = '200ms';
+GRANT SELECT ON pgcluster_nodes, pgcluster_aliases TO dns_statement, dns_lock;`)
+	// An operator's ALTER TABLE left open: every read of the table waits.
+	ctx := context.Background()
+	locker, err := pgx.Connect(ctx, pg.DSN(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locker.Close(ctx)
+	if _, err := locker.Exec(ctx, "BEGIN; LOCK TABLE pgcluster_nodes IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	logs := captureLog(t)
+	var loaded []chan struct{}
+	for _, tc := range []struct{ user, want, todo string }{
+		{"dns_statement", "cancelled a registry query (statement_timeout, or a cancel request)", `reset statement_timeout for "dns_statement"`},
+		{"dns_lock", "holds a lock on a registry table past lock_timeout", "look in pg_locks"},
+	} {
+		set := &settings{refresh: time.Hour, dsn: fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", tc.user, pg.HostPort()), zones: []string{testZone}}
+		r := newRegistry(set, "", func(rowsUpdate) {})
+		rctx, cancel := context.WithCancel(ctx)
+		go r.run(rctx)
+		t.Cleanup(func() { cancel(); <-r.done })
+		loaded = append(loaded, r.loaded)
+		if err := pgtest.WaitFor(10*time.Second, func() error {
+			for _, line := range strings.Split(logs.String(), "\n") {
+				if strings.Contains(line, tc.want) && strings.Contains(line, tc.todo) {
+					if strings.Contains(line, "unreachable") {
+						return fmt.Errorf("%s: says unreachable: %s", tc.user, line)
+					}
+					return nil
+				}
+			}
+			return fmt.Errorf("%s: no log line %q", tc.user, tc.want)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := locker.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	for i, l := range loaded {
+		select {
+		case <-l:
+		case <-time.After(15 * time.Second):
+			t.Fatalf("follower %d did not load within 15s of the lock's release", i)
+		}
 	}
 }
 
