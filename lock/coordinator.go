@@ -2,7 +2,7 @@ package lock
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"hash/fnv"
 	"maps"
 	"net/netip"
@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/ratelog"
 )
 
 // Modes of a Coordinator.
@@ -47,12 +48,15 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Resync is how often every stored status is read again; 0 is 10 s.
 	Resync time.Duration
-	// Secret, when set, signs every status written and rejects every one
-	// read without its valid signature.
+	// Secret, when set, signs every status written and this instance's
+	// membership, and rejects every status and member read without its
+	// valid signature.
 	Secret []byte
 	// WAL: a moved WAL position is news to publish (lag is judged).
 	WAL bool
-	// Logf, when set, hears each change of mode and each failure worth a line.
+	// Logf, when set, hears each change of mode and each failure worth a
+	// line; those that what is read from Redis can cause, at most one per
+	// kind per minute (internal/ratelog).
 	Logf func(format string, args ...any)
 	// Observer, when set, hears what the metrics count.
 	Observer Observer
@@ -85,28 +89,28 @@ type Observer interface {
 // probed here (ModeLocal); when it answers again, statuses are read again
 // and leases taken again.
 type Coordinator struct {
-	cfg       Config
-	leases    *Leases
-	sub       *Subscriber
-	ttl       time.Duration // of a lease
-	memberTTL time.Duration
-	cycle     time.Duration // how often leases and membership are looked after
+	cfg    Config
+	b      bounds
+	leases *Leases
+	sub    *Subscriber
+	rlog   *ratelog.Limiter // lines that what is read from Redis causes
 
 	probeNow func(key string)
 
-	mu        sync.Mutex
-	mode      string
-	targets   map[string]netip.AddrPort
-	held      map[string]bool
-	remote    map[string]remoteStatus
-	own       map[string]health.Progress
-	published map[string]health.Progress // what we last published per key
-	writtenBy map[string]bool            // we have written this key's status since taking its lease
-	members   map[string]bool            // live members' tokens
-	offset    time.Duration              // Redis's clock minus ours, at the last heartbeat
-	joinedAt  int64                      // Redis µs when we came back after an outage: statuses before are not trusted
-	resyncAt  time.Time                  // a resync is due (after a return)
-	wake      chan struct{}
+	mu         sync.Mutex
+	mode       string
+	targets    map[string]netip.AddrPort
+	held       map[string]bool
+	remote     map[string]remoteStatus
+	own        map[string]health.Progress
+	published  map[string]health.Progress // what we last published per key
+	writtenBy  map[string]bool            // we have written this key's status since taking its lease
+	members    map[string]bool            // live members' tokens
+	memberList []string                   // the same, in token order (for owner)
+	offset     time.Duration              // Redis's clock minus ours, at the last heartbeat
+	joinedAt   int64                      // Redis µs when we came back after an outage: statuses before are not trusted
+	resyncAt   time.Time                  // a resync is due (after a return)
+	wake       chan struct{}
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -117,33 +121,22 @@ type remoteStatus struct {
 
 // NewCoordinator returns a Coordinator of a new instance on rdb.
 func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error) {
-	if cfg.Interval <= 0 || cfg.Timeout <= 0 {
-		return nil, fmt.Errorf("lock: the checks' interval %v and timeout %v must be positive", cfg.Interval, cfg.Timeout)
+	b, err := cfg.bounds()
+	if err != nil {
+		return nil, err
 	}
+	cfg.Resync = b.resync
 	l, err := NewLeases(rdb, cfg.Prefix)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Resync == 0 {
-		cfg.Resync = DefaultResync
-	}
+	l.secret = cfg.Secret
 	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
 	if err != nil {
 		return nil, err
 	}
-	ttl := cfg.LeaseTTL
-	if ttl == 0 {
-		ttl = max(3*cfg.Interval+cfg.Timeout, time.Second)
-	}
-	if ttl < 2*cfg.Interval {
-		return nil, fmt.Errorf("lock: lease TTL %v is under two check intervals (%v): a live holder would lose its lease between probes", ttl, 2*cfg.Interval)
-	}
-	cycle := cfg.Interval / 2
 	c := &Coordinator{
-		cfg: cfg, leases: l, sub: sub, ttl: ttl, cycle: cycle,
-		// A member lapses a cycle before its leases can, so that the others
-		// start probing its targets no later than its leases end.
-		memberTTL: ttl - cycle,
+		cfg: cfg, b: b, leases: l, sub: sub, rlog: ratelog.New(cfg.Logf, 0),
 		probeNow:  func(string) {},
 		targets:   map[string]netip.AddrPort{},
 		held:      map[string]bool{},
@@ -154,20 +147,22 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		members:   map[string]bool{},
 		wake:      make(chan struct{}, 1),
 	}
-	sub.OnError = func(err error) { c.logf("%v", err) }
+	sub.OnError = func(err error) { c.rlog.Logf("subscription", "%v", err) }
+	sub.OnReject = c.rejected
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
 	sub.OnResync = func(_ int, err error) { c.observe(func(o Observer) { o.Resync(err) }) }
+	sub.Horizon = c.horizon
 	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
+	// A status is vetted before its version counts: one refused is
+	// dropped without raising the key's last version, so that a forged
+	// or replayed status, whatever its version, cannot make the real
+	// ones stale.
 	sub.Accept = func(key string, v int64, b []byte) bool {
-		st, err := decode(key, b, cfg.Secret)
-		if err != nil {
-			c.observe(func(o Observer) { o.Message("rejected") })
-			c.logf("status of %q dropped: %v", key, err)
+		if !c.wanted(key) {
 			return false
 		}
-		if c.replay(key, v, st) {
-			c.observe(func(o Observer) { o.Message("stale") })
-			c.logf("status of %q dropped: version %d of a status of %s written at %s, not newer than the one applied", key, v, st.Holder, time.UnixMicro(st.At).UTC().Format(time.RFC3339Nano))
+		if _, err := c.vet(key, v, b); err != nil {
+			c.rejected(key, err)
 			return false
 		}
 		return true
@@ -175,11 +170,62 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	return c, nil
 }
 
+// vet vets a status of key read from Redis with version, as every reader
+// of the fleet does (vetStatus), by Redis's clock as this instance knows
+// it.
+func (c *Coordinator) vet(key string, v int64, b []byte) (status, error) {
+	return vetStatus(key, v, b, c.cfg.Secret, c.redisNow(), c.b.ttl)
+}
+
+// rejected counts and logs, at most once per kind per minute, a status
+// refused.
+func (c *Coordinator) rejected(key string, err error) {
+	c.observe(func(o Observer) { o.Message("rejected") })
+	c.rlog.Logf("status "+refusalKind(err), "status of %s dropped: %v", quoteRedis(key), err)
+}
+
+// wanted reports whether a status of key can count here: key is a
+// target, or no target is known yet (a cold start answers from every
+// stored status). Statuses of other keys are not kept, so that what is
+// published cannot grow this instance's memory.
+func (c *Coordinator) wanted(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.targets[key]
+	return ok || len(c.targets) == 0
+}
+
+// redisNow is Redis's clock as this instance knows it, Unix µs: its own
+// plus the offset measured at the last heartbeat.
+func (c *Coordinator) redisNow() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now()
+}
+
+// now is redisNow with c.mu held.
+func (c *Coordinator) now() int64 { return time.Now().Add(c.offset).UnixMicro() }
+
+// horizon is the highest version a genuine status can have now.
+func (c *Coordinator) horizon() int64 { return c.redisNow() + c.b.ttl.Microseconds() }
+
+// known returns the status applied for key, unless its version is beyond
+// the horizon: versions follow Redis's clock, and one further ahead than
+// a lease (Redis's clock stepped back, or a fail-over to a server whose
+// clock is behind) must not hold back every later status. c.mu is held.
+func (c *Coordinator) known(key string) (remoteStatus, bool) {
+	r, ok := c.remote[key]
+	if !ok || r.version > c.now()+c.b.ttl.Microseconds() {
+		return remoteStatus{}, false
+	}
+	return r, true
+}
+
 // Token is this instance's token in Redis (its leases' value, its member name).
 func (c *Coordinator) Token() string { return c.leases.Token() }
 
 // LeaseTTL is how long a lease lasts without a probe to renew it.
-func (c *Coordinator) LeaseTTL() time.Duration { return c.ttl }
+func (c *Coordinator) LeaseTTL() time.Duration { return c.b.ttl }
 
 // SetProbeNow gives the function that probes a target at once (the
 // checker's ProbeNow), called when this instance takes a target over.
@@ -209,6 +255,15 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	for k := range c.writtenBy {
 		if _, ok := c.targets[k]; !ok {
 			delete(c.writtenBy, k)
+		}
+	}
+	// Nor are the statuses of keys that are not targets kept: a target
+	// that comes back is read again at the next resync.
+	if len(c.targets) > 0 {
+		for k := range c.remote {
+			if _, ok := c.targets[k]; !ok {
+				delete(c.remote, k)
+			}
 		}
 	}
 	c.signal()
@@ -265,18 +320,18 @@ func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
 }
 
 // covered reports whether a live holder's status covers key at addr: a
-// status for that address, by a live member, not older than this
-// instance's return, and written recently enough. A holder rewrites its
-// status at every probe but publishes it only when it changes, so what
-// this instance knows of it is at most a resync old: older than a resync,
-// a lease and an interval, nobody writes it any more. c.mu is held.
+// status for that address, not older than this instance's return, that
+// covers the key by the fleet's bounds (bounds.stale: by the live member
+// the fleet gives the key to, written recently enough), and not by this
+// instance unless it still holds the lease (one that lost it to anyone's
+// write probes the key itself until it takes the lease back). c.mu is
+// held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
-	r, ok := c.remote[key]
-	if !ok || r.Addr != addr || !c.members[r.Holder] || r.version < c.joinedAt {
+	r, ok := c.known(key)
+	if !ok || r.Addr != addr || r.version < c.joinedAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
-	oldest := time.Now().Add(c.offset - c.cfg.Resync - c.ttl - c.cfg.Interval).UnixMicro()
-	return r.version >= oldest
+	return c.b.stale(key, r.Holder, r.version, c.members, c.memberList, c.now()) == ""
 }
 
 // Record implements health.Shared: the verdict counts here at once; while
@@ -293,56 +348,73 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	write := c.mode == ModeCoordinated && c.held[t.Key]
 	last, pubd := c.published[t.Key]
 	publish := !c.writtenBy[t.Key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
+	// The version proposed: Redis's clock as known here, or above the
+	// last one known when that is further on (writes within a
+	// microsecond, a clock behind).
+	propose := c.now()
+	if r, ok := c.known(t.Key); ok {
+		propose = max(propose, r.version+1)
+	}
 	c.mu.Unlock()
 	if !write {
 		return
 	}
-	now := time.Now()
-	st := newStatus(t.Addr, c.Token(), now, p)
-	v, ok, err := c.leases.Write(context.Background(), t.Key, encode(t.Key, st, c.cfg.Secret),
-		WriteOptions{Publish: publish, LeaseTTL: c.ttl, StatusTTL: statusTTL})
+	st := newStatus(t.Addr, c.Token(), time.Now(), p)
+	v, ok, err := c.leases.WriteVersioned(context.Background(), t.Key, propose, func(v int64) []byte {
+		st.V = v
+		return encode(t.Key, st, c.cfg.Secret)
+	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl})
+	st.V = v
 	c.observe(func(o Observer) { o.Write(ok, publish && ok) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case errors.Is(err, errContended):
+		// Someone without the lease keeps moving the stored version:
+		// the next probe writes again. Redis answers: no local mode.
+		c.rlog.Logf("contended", "%v", err)
 	case err != nil:
 		c.goLocal(err)
 	case !ok:
 		// Another instance holds the lease now (we were too slow, or
-		// frozen): its status counts, not ours.
+		// frozen), or anyone overwrote it: its holder's status counts,
+		// not ours, and this instance probes the target itself until a
+		// covering status comes (see covered).
 		if c.held[t.Key] {
 			delete(c.held, t.Key)
-			c.logf("lease of %s lost to another instance", t.Key)
+			c.rlog.Logf("lease lost", "lease of %s lost to another instance", t.Key)
 			c.observeLeases()
+			c.signal()
 		}
 	default:
 		c.writtenBy[t.Key] = true
 		if publish {
 			c.published[t.Key] = p
 		}
-		if r := c.remote[t.Key]; v > r.version {
+		if r, had := c.known(t.Key); !had || v > r.version {
 			c.remote[t.Key] = remoteStatus{version: v, status: st}
 		}
 	}
 }
 
 // applyRemote applies a status read from Redis, live (published) or from a
-// resync. Older versions, replays and statuses that fail their signature
-// are dropped.
+// resync. Statuses that fail vetting and older versions are dropped.
 func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
-	st, err := decode(key, b, c.cfg.Secret)
+	if !c.wanted(key) {
+		return
+	}
+	st, err := c.vet(key, v, b)
 	if err != nil {
-		c.observe(func(o Observer) { o.Message("rejected") })
-		c.logf("status of %q dropped: %v", key, err)
+		c.rejected(key, err)
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, had := c.remote[key]
+	r, had := c.known(key)
 	if had && v == r.version && st.Holder == r.Holder {
 		return // our own write, or a resync of what we have
 	}
-	if had && (v <= r.version || c.replayed(st, r.status)) {
+	if had && v <= r.version {
 		if live {
 			c.observe(func(o Observer) { o.Message("stale") })
 		}
@@ -359,32 +431,6 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	if !had || !sameVerdict(r.progress(), st.progress(), c.cfg.WAL, false) || r.Holder != st.Holder || r.Addr != st.Addr {
 		c.signal()
 	}
-}
-
-// replayed reports whether st, signed or not, is older than the status
-// applied, r, by its holder's clock: a version is not signed, so a status
-// captured earlier could come back with any version. One holder's statuses
-// only go forward in time; another holder's clock may be behind by up to a
-// lease (clocks of a fleet agree far better than that) before its status
-// counts as a replay.
-func (c *Coordinator) replayed(st, r status) bool {
-	if st.Holder == r.Holder {
-		// Each write of a holder is at a later time: one at the same time
-		// is the same status again, whatever its version.
-		return st.At <= r.At
-	}
-	return st.At < r.At-c.ttl.Microseconds()
-}
-
-// replay reports whether st, offered with version v, is a status applied
-// already or an older one come back with a newer version (the version is
-// Redis's, not signed): its version must not count, or the holder's next
-// statuses, with the real versions, would be dropped as stale.
-func (c *Coordinator) replay(key string, v int64, st status) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	r, had := c.remote[key]
-	return had && v > r.version && c.replayed(st, r.status)
 }
 
 // signal tells Run's view loop to make a new View. c.mu is held.
@@ -441,6 +487,10 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 	if c.Mode() == ModeCoordinated {
 		all, err := c.sub.ReadAll(ctx)
 		for _, s := range all {
+			if s.Err != nil {
+				c.rejected(s.Key, s.Err)
+				continue
+			}
 			c.applyRemote(s.Key, s.Version, s.Status, false)
 		}
 		c.observe(func(o Observer) { o.Resync(err) })
@@ -461,7 +511,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		}
 	})
 	wg.Go(func() {
-		t := time.NewTicker(c.cycle)
+		t := time.NewTicker(c.b.cycle)
 		defer t.Stop()
 		for {
 			select {
@@ -488,7 +538,10 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 // (whose failure means local mode, and whose success after it a return),
 // then take the leases that are ours by rendezvous and release the others.
 func (c *Coordinator) tend(ctx context.Context) {
-	members, now, err := c.leases.Heartbeat(ctx, c.memberTTL)
+	m, err := c.leases.Heartbeat(ctx, c.b.memberTTL, c.b.memberAhead())
+	for _, err := range m.Refused {
+		c.rlog.Logf("member "+refusalKind(err), "a member of the fleet ignored: %v", err)
+	}
 	c.mu.Lock()
 	if err != nil {
 		if ctx.Err() == nil {
@@ -497,6 +550,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.mu.Unlock()
 		return
 	}
+	members := m.Members
 	var kick []string
 	if c.mode != ModeCoordinated {
 		c.mode = ModeCoordinated
@@ -504,8 +558,8 @@ func (c *Coordinator) tend(ctx context.Context) {
 			// A return: statuses stored before it may predate the
 			// outage. Trust them only once rewritten, which a resync
 			// after every holder has probed once will show.
-			c.joinedAt = now.UnixMicro()
-			c.resyncAt = time.Now().Add(c.cfg.Interval + c.cfg.Timeout + c.cycle)
+			c.joinedAt = m.Now.UnixMicro()
+			c.resyncAt = time.Now().Add(c.cfg.Interval + c.cfg.Timeout + c.b.cycle)
 			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
 		} else {
 			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
@@ -513,15 +567,25 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
 		c.observeLeases()
 	}
-	before := c.members
-	c.members = make(map[string]bool, len(members))
-	for _, m := range members {
-		c.members[m] = true
-	}
-	c.offset = time.Until(now)
-	// Targets whose holder just left: probe them now, not at their next tick.
+	var before []string
 	for k, addr := range c.targets {
-		if r, ok := c.remote[k]; ok && before[r.Holder] && !c.members[r.Holder] && r.Addr == addr {
+		if c.covered(k, addr) {
+			before = append(before, k)
+		}
+	}
+	if !slices.Equal(members, c.memberList) {
+		c.signal() // what is covered may change
+	}
+	c.members = make(map[string]bool, len(members))
+	for _, tok := range members {
+		c.members[tok] = true
+	}
+	c.memberList = members
+	c.offset = time.Until(m.Now)
+	// Targets no longer covered (their holder left, or the fleet gives
+	// them to another member): probe them now, not at their next tick.
+	for _, k := range before {
+		if !c.covered(k, c.targets[k]) {
 			kick = append(kick, k)
 		}
 	}
@@ -555,10 +619,13 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.lost(ctx, err)
 		return
 	}
-	taken, err := c.leases.TakeAll(ctx, take, c.ttl)
+	taken, void, err := c.leases.TakeAll(ctx, take, c.b.ttl, members)
 	if err != nil {
 		c.lost(ctx, err)
 		return
+	}
+	for _, k := range void {
+		c.rlog.Logf("lease void", "lease of %s was held by no live member, without a TTL or with one beyond any lease's: taken over", k)
 	}
 	c.mu.Lock()
 	for _, k := range release {

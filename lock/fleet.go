@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -17,13 +18,22 @@ import (
 )
 
 // Fleet is what Redis holds of a fleet under a prefix, read at one moment
-// by ReadFleet: for tools that show it (cmd/pgclusterctl).
+// by ReadFleet and vetted as every instance vets it: for tools that show
+// it (cmd/pgclusterctl).
 type Fleet struct {
-	// Now is Redis's clock when the fleet was read: leases and memberships
-	// are measured by it.
+	// Now is Redis's clock when the fleet was read: leases, memberships
+	// and statuses are measured by it.
 	Now time.Time
-	// Members are the live instances, in token order.
+	// Members are the live instances, in token order: those whose entry
+	// passed vetting (signed with the secret when there is one, and not
+	// lapsing further ahead than an instance makes it).
 	Members []Member
+	// Refused says why each member entry that did not pass was refused:
+	// no instance counts it.
+	Refused []string
+	// Cover is how old a status may be and still cover its key (see
+	// KeyState.Stale).
+	Cover time.Duration
 	// Keys holds, by key, the lease and status of every key asked for and
 	// of every key with a stored status.
 	Keys map[string]KeyState
@@ -38,16 +48,26 @@ type Member struct {
 // KeyState is what Redis holds for one key.
 type KeyState struct {
 	// Holder is the token of the instance holding the key's lease, "" when
-	// nobody does; LeaseLeft is what is left of the lease.
+	// nobody does; LeaseLeft is what is left of the lease. A lease that
+	// is anyone's write (without a TTL, or with one longer than an
+	// instance sets) counts as none: LeaseErr says why, and the instance
+	// the fleet gives the key to takes it over.
 	Holder    string
 	LeaseLeft time.Duration
+	LeaseErr  error
 	// Version is the stored status's version, 0 when none is stored.
 	Version int64
 	// Status is the stored status, nil when none is stored or it was
-	// refused (Err says why: unreadable, unsigned, wrongly signed), as
-	// every instance would refuse it.
+	// refused (Err says why: unreadable, unsigned, wrongly signed, a
+	// version not the signed one, ahead of Redis's clock), as every
+	// instance would refuse it.
 	Status *Status
 	Err    error
+	// Stale, when not "", says why Status does not cover the key (its
+	// writer is not a live member or no longer holds the key, or it is
+	// older than Fleet.Cover): the instances do not answer from it, but
+	// probe the node themselves.
+	Stale string
 }
 
 // Status is a stored status: the verdict its holder reached on a target.
@@ -68,17 +88,40 @@ func (f *Fleet) Live(token string) bool {
 	return false
 }
 
-// ReadFleet reads, without writing anything, the fleet under prefix on
-// rdb: Redis's clock, the live members, and the lease and stored status of
-// each of keys and of every key with a stored status. Statuses are decoded
-// as the instances decode them: with secret, one without its valid
-// signature is refused (KeyState.Err). Each Redis call is bounded by
+// VetStatus vets a status of key as stored or published with version, by
+// Redis's clock now, exactly as an instance with cfg's options does before
+// the status counts: decoded, signed with cfg.Secret when set, its signed
+// version the one it came with, and neither that version nor its times
+// more than a lease ahead of now.
+func (cfg Config) VetStatus(key string, version int64, stored []byte, now time.Time) (*Status, error) {
+	b, err := cfg.bounds()
+	if err != nil {
+		return nil, err
+	}
+	st, err := vetStatus(key, version, stored, cfg.Secret, now.UnixMicro(), b.ttl)
+	if err != nil {
+		return nil, err
+	}
+	return &Status{Addr: st.Addr, Holder: st.Holder, At: time.UnixMicro(st.At), Progress: st.progress()}, nil
+}
+
+// ReadFleet reads, without writing anything, the fleet of cfg (its
+// Prefix, Secret, Interval and Timeout: the fleet's) on rdb: Redis's
+// clock, the live members, and the lease and stored status of each of
+// keys and of every key with a stored status. What it reads is vetted as
+// the instances vet it (VetStatus, the members' signatures and bounds,
+// void leases), and each status is marked stale when it does not cover its
+// key, as an instance judges it. Each Redis call is bounded by
 // CallTimeout; the first that fails ends the read with its error.
-func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string, secret []byte, keys []string) (*Fleet, error) {
+func ReadFleet(ctx context.Context, rdb redis.UniversalClient, cfg Config, keys []string) (*Fleet, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
 	}
-	f := &Fleet{Keys: map[string]KeyState{}}
+	b, err := cfg.bounds()
+	if err != nil {
+		return nil, err
+	}
+	f := &Fleet{Keys: map[string]KeyState{}, Cover: b.cover()}
 	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	now, err := rdb.Time(cctx).Result()
 	cancel()
@@ -86,11 +129,17 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string, se
 		return nil, fmt.Errorf("lock: read Redis's clock: %w", err)
 	}
 	f.Now = now
-	if f.Members, err = readMembers(ctx, rdb, prefix, now); err != nil {
+	if err := readMembers(ctx, rdb, cfg, b, f); err != nil {
 		return nil, err
 	}
+	live := map[string]bool{}
+	var tokens []string
+	for _, m := range f.Members {
+		live[m.Token] = true
+		tokens = append(tokens, m.Token)
+	}
 
-	sub, err := NewSubscriber(rdb, prefix, DefaultResync)
+	sub, err := NewSubscriber(rdb, cfg.Prefix, DefaultResync)
 	if err != nil {
 		return nil, err
 	}
@@ -99,12 +148,12 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string, se
 		return nil, err
 	}
 	for _, s := range stored {
-		ks := KeyState{Version: s.Version}
-		st, err := decode(s.Key, s.Status, secret)
-		if err != nil {
-			ks.Err = err
-		} else {
-			ks.Status = &Status{Addr: st.Addr, Holder: st.Holder, At: time.UnixMicro(st.At), Progress: st.progress()}
+		ks := KeyState{Version: s.Version, Err: s.Err}
+		if ks.Err == nil {
+			ks.Status, ks.Err = cfg.VetStatus(s.Key, s.Version, s.Status, now)
+		}
+		if ks.Status != nil {
+			ks.Stale = b.stale(s.Key, ks.Status.Holder, s.Version, live, tokens, now.UnixMicro())
 		}
 		f.Keys[s.Key] = ks
 	}
@@ -113,35 +162,48 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, prefix string, se
 			f.Keys[k] = KeyState{}
 		}
 	}
-	if err := readLeases(ctx, rdb, prefix, f.Keys); err != nil {
+	if err := readLeases(ctx, rdb, cfg.Prefix, b, f.Keys); err != nil {
 		return nil, err
 	}
 	return f, nil
 }
 
-// readMembers reads the members whose membership has not lapsed at now.
-func readMembers(ctx context.Context, rdb redis.UniversalClient, prefix string, now time.Time) ([]Member, error) {
+// readMembers reads the members whose membership has not lapsed at f.Now,
+// at most maxMembers, into f: those that pass vetting as the instances'
+// heartbeat vets them into Members, the others into Refused.
+func readMembers(ctx context.Context, rdb redis.UniversalClient, cfg Config, b bounds, f *Fleet) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	zs, err := rdb.ZRangeByScoreWithScores(ctx, membersKey(prefix), &redis.ZRangeBy{
-		Min: strconv.FormatInt(now.UnixMilli(), 10), Max: "+inf",
+	zs, err := rdb.ZRangeByScoreWithScores(ctx, membersKey(cfg.Prefix), &redis.ZRangeBy{
+		Min: strconv.FormatInt(f.Now.UnixMilli(), 10), Max: "+inf", Count: maxMembers,
 	}).Result()
 	if err != nil {
-		return nil, fmt.Errorf("lock: read the members under %q: %w", prefix, err)
+		return fmt.Errorf("lock: read the members under %q: %w", cfg.Prefix, err)
 	}
-	var ms []Member
+	limit := f.Now.Add(b.memberAhead())
 	for _, z := range zs {
-		if tok, ok := z.Member.(string); ok {
-			ms = append(ms, Member{Token: tok, Until: time.UnixMilli(int64(z.Score))})
+		entry, _ := z.Member.(string)
+		until := time.UnixMilli(int64(min(z.Score, float64(math.MaxInt64/2))))
+		tok, err := memberToken(entry, cfg.Prefix, cfg.Secret)
+		switch {
+		case err != nil:
+			f.Refused = append(f.Refused, err.Error())
+		case until.After(limit):
+			f.Refused = append(f.Refused, fmt.Sprintf("member %s lapses %v from now, further than any instance sets (%v)",
+				quoteRedis(tok), until.Sub(f.Now).Round(time.Second), b.memberAhead()))
+		case !slices.ContainsFunc(f.Members, func(m Member) bool { return m.Token == tok }):
+			f.Members = append(f.Members, Member{Token: tok, Until: until})
 		}
 	}
-	slices.SortFunc(ms, func(a, b Member) int { return strings.Compare(a.Token, b.Token) })
-	return ms, nil
+	slices.SortFunc(f.Members, func(a, b Member) int { return strings.Compare(a.Token, b.Token) })
+	return nil
 }
 
 // readLeases reads, in one round trip, the holder and what is left of the
-// lease of every key of ks.
-func readLeases(ctx context.Context, rdb redis.UniversalClient, prefix string, ks map[string]KeyState) error {
+// lease of every key of ks. A lease without a TTL, or with one over
+// twice a lease's (the bound the instances' take script applies), is
+// void.
+func readLeases(ctx context.Context, rdb redis.UniversalClient, prefix string, b bounds, ks map[string]KeyState) error {
 	if len(ks) == 0 {
 		return nil
 	}
@@ -157,16 +219,26 @@ func readLeases(ctx context.Context, rdb redis.UniversalClient, prefix string, k
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !replyError(err) {
 		return fmt.Errorf("lock: read %d leases under %q: %w", len(keys), prefix, err)
 	}
 	for i, k := range keys {
 		s := ks[k]
-		if tok, err := gets[i].Result(); err == nil {
-			s.Holder = tok
-			if d, err := ttls[i].Result(); err == nil && d > 0 {
-				s.LeaseLeft = d
-			}
+		tok, err := gets[i].Result()
+		if errors.Is(err, redis.Nil) {
+			ks[k] = s
+			continue
+		}
+		left, terr := ttls[i].Result()
+		switch {
+		case err != nil:
+			s.LeaseErr = errors.New("the lease key is not a string: anyone's write, taken over by the instance the fleet gives the key to")
+		case terr != nil || left < 0:
+			s.LeaseErr = fmt.Errorf("lease held by %s without a TTL: anyone's write, taken over by the instance the fleet gives the key to", quoteRedis(tok))
+		case left > 2*b.ttl:
+			s.LeaseErr = fmt.Errorf("lease held by %s for %v, longer than any instance sets (%v): anyone's write, taken over by the instance the fleet gives the key to", quoteRedis(tok), left.Round(time.Second), 2*b.ttl)
+		default:
+			s.Holder, s.LeaseLeft = tok, left
 		}
 		ks[k] = s
 	}

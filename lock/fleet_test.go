@@ -32,7 +32,7 @@ func TestReadFleet(t *testing.T) {
 	rdb := newClient(t, srv)
 	ctx := context.Background()
 	// A status written by someone without the secret.
-	forged := encode("c/forged", status{Addr: up.addr, Holder: "forger", At: time.Now().UnixMicro(), State: "down"}, nil)
+	forged := encode("c/forged", status{V: 1, Addr: up.addr, Holder: "forger", At: time.Now().UnixMicro(), State: "down"}, nil)
 	if err := rdb.HSet(ctx, statusKey("fleet:", "c/forged"), "v", "1", "s", forged).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestReadFleet(t *testing.T) {
 	var f *Fleet
 	eventually(t, 10*time.Second, "both targets held, with a status from their holder", func() bool {
 		var err error
-		if f, err = ReadFleet(ctx, rdb, "fleet:", secret, []string{"c/up", "c/down", "c/none"}); err != nil {
+		if f, err = ReadFleet(ctx, rdb, fleetConfig("fleet:", secret), []string{"c/up", "c/down", "c/none"}); err != nil {
 			t.Fatal(err)
 		}
 		for _, tg := range targets {
@@ -99,7 +99,7 @@ func TestReadFleet(t *testing.T) {
 	}
 	// Without the secret, signatures are not checked, as by an instance
 	// without redis_secret.
-	f2, err := ReadFleet(ctx, rdb, "fleet:", nil, nil)
+	f2, err := ReadFleet(ctx, rdb, fleetConfig("fleet:", nil), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,17 +119,22 @@ func TestReadFleetWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := l.Heartbeat(ctx, time.Minute); err != nil {
+	cfg := fleetConfig("p:", nil)
+	b, err := cfg.bounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Heartbeat(ctx, b.memberTTL, b.memberAhead()); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.ZAdd(ctx, membersKey("p:"), redis.Z{Score: 1000, Member: "lapsed"}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if ok, err := l.Acquire(ctx, "c/n", time.Minute); err != nil || !ok {
+	if ok, err := l.Acquire(ctx, "c/n", b.ttl); err != nil || !ok {
 		t.Fatalf("acquire: %v, %v", ok, err)
 	}
 	st := status{Addr: newBackend(t).addr, Holder: l.Token(), At: time.Now().UnixMicro(), State: "up", Role: "primary", OK: 2}
-	if _, ok, err := l.Publish(ctx, "c/n", encode("c/n", st, nil)); err != nil || !ok {
+	if _, ok, err := l.WriteVersioned(ctx, "c/n", time.Now().UnixMicro(), func(v int64) []byte { st.V = v; return encode("c/n", st, nil) }, WriteOptions{Publish: true}); err != nil || !ok {
 		t.Fatalf("publish: %v, %v", ok, err)
 	}
 	changes := func() string {
@@ -146,7 +151,7 @@ func TestReadFleetWritesNothing(t *testing.T) {
 		return ""
 	}
 	before := changes()
-	f, err := ReadFleet(ctx, rdb, "p:", nil, []string{"c/n", "c/other"})
+	f, err := ReadFleet(ctx, rdb, cfg, []string{"c/n", "c/other"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +167,12 @@ func TestReadFleetWritesNothing(t *testing.T) {
 	}
 }
 
+// fleetConfig is the Config of the test fleets' instances (startInstance),
+// as a tool reading them gives it.
+func fleetConfig(prefix string, secret []byte) Config {
+	return Config{Prefix: prefix, Secret: secret, Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second}
+}
+
 // A Redis that does not answer ends ReadFleet with an error within about
 // CallTimeout, not a hang.
 func TestReadFleetUnreachable(t *testing.T) {
@@ -169,7 +180,7 @@ func TestReadFleetUnreachable(t *testing.T) {
 	rdb := newClient(t, srv)
 	srv.Stop()
 	start := time.Now()
-	_, err := ReadFleet(context.Background(), rdb, "p:", nil, nil)
+	_, err := ReadFleet(context.Background(), rdb, fleetConfig("p:", nil), nil)
 	if err == nil {
 		t.Fatal("no error with Redis stopped")
 	}

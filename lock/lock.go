@@ -5,7 +5,45 @@
 // statuses in version order and resynchronises from the stored ones on every
 // (re)subscription and on a timer.
 //
-// It knows nothing of DNS: keys and statuses are opaque to it.
+// Redis is not trusted: whoever can write to it may not hold the fleet's
+// redis_secret, and an accident may leave anything there. So everything
+// read from it is vetted before it counts, and what fails is treated as
+// absent (the key is probed here, as without a status), never as newest,
+// and is rewritten by its rightful writer:
+//
+//   - A status carries its version inside its signature (with a secret): a
+//     version changed, or a status replayed under another version or key,
+//     is refused. Versions are Redis's clock in µs: the writer proposes
+//     one, and the write script takes it only above the stored one and not
+//     more than a lease (Config's lease TTL) ahead of Redis's TIME,
+//     treating a stored version further ahead as absent; readers refuse a
+//     version, a write time or a probe time more than a lease ahead of
+//     Redis's clock as they know it (the offset measured at each
+//     heartbeat), and forget a key's last version once it is that far
+//     ahead. A single write of a huge version can thus neither stop the
+//     versions moving (Lua's numbers are exact only below 2^53) nor make
+//     the real statuses look stale for more than a lease.
+//   - A status covers its key (the others do not probe it) only while its
+//     writer is the live member the fleet gives the key to and it was
+//     written within a resync, a lease and an interval.
+//   - A member entry is signed with the secret and keyed to the prefix; one
+//     whose membership would last more than a member TTL and a lease is
+//     dropped by every heartbeat. A lease without a TTL, with one over two
+//     lease TTLs, or held by no live member, is void: the member the fleet
+//     gives the key to takes it over at its next round.
+//   - A message or stored status over MaxStatusBytes is refused before it
+//     is decoded; a key of a type the scripts do not write is treated as
+//     absent rather than making them fail. Every refusal is counted
+//     (Observer.Message "rejected") and logged at most once per kind per
+//     minute (internal/ratelog).
+//
+// Without a secret the same bounds apply: whoever can write to Redis can
+// then forge a status, but no single write holds the fleet for longer than
+// the bounds, and an accident cannot freeze it. The secret adds that no
+// status, version or member counts unless an instance of the fleet wrote
+// it.
+//
+// It knows nothing of DNS: keys are opaque to it.
 package lock
 
 import (
@@ -33,6 +71,7 @@ type Leases struct {
 	rdb    redis.UniversalClient
 	prefix string
 	token  string
+	secret []byte // signs this instance's member entry, checks the others'
 }
 
 // NewLeases returns the leases of a new instance on rdb, with key names
@@ -51,9 +90,11 @@ func NewLeases(rdb redis.UniversalClient, prefix string) (*Leases, error) {
 // Token returns this instance's token, the value stored in the leases it holds.
 func (l *Leases) Token() string { return l.token }
 
-// renewScript extends a lease only while it holds our token.
+// renewScript extends a lease only while it holds our token. (A lease key
+// of another type is anyone's write: pcall makes it not ours rather than
+// an error, here and in every script that reads a lease.)
 var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return 0
@@ -61,7 +102,7 @@ return 0
 
 // releaseScript deletes a lease only while it holds our token.
 var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if redis.pcall('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0

@@ -2,68 +2,155 @@ package lock
 
 import (
 	"context"
+	"crypto/hmac"
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // membersSuffix names the sorted set of live instances under a prefix:
-// member = token, score = when its membership lapses (Redis time, ms).
+// member = the instance's entry (its token, signed with the secret when
+// there is one: see memberEntry), score = when its membership lapses
+// (Redis time, ms).
 const membersSuffix = "members"
 
 func membersKey(prefix string) string { return prefix + membersSuffix }
 
+// maxMembers bounds the members a heartbeat reads: a fleet has a few
+// dozen; whoever adds thousands must not make every heartbeat carry them.
+const maxMembers = 1000
+
+// maxMemberEntry bounds a member entry: a token and its signature are
+// under 100 bytes.
+const maxMemberEntry = 256
+
+// memberSep separates a token from its signature in a member entry.
+const memberSep = "."
+
+// memberEntry is what this instance adds to the members set: its token,
+// and with a secret its HMAC, keyed to the prefix so that a member of
+// another fleet with the same secret does not count here either.
+func (l *Leases) memberEntry() string {
+	if len(l.secret) == 0 {
+		return l.token
+	}
+	return l.token + memberSep + hex.EncodeToString(mac(l.secret, "member "+l.prefix, []byte(l.token)))
+}
+
+// memberToken returns the token of a member entry read from Redis, or why
+// it does not count: too long, or, with a secret, without the signature
+// the secret makes for its token. Without a secret, a signature is not
+// checked.
+func memberToken(entry, prefix string, secret []byte) (string, error) {
+	if len(entry) > maxMemberEntry {
+		return "", refuse(refusedLarge, "member entry of %d bytes, over %d", len(entry), maxMemberEntry)
+	}
+	token, sig, signed := strings.Cut(entry, memberSep)
+	if token == "" {
+		return "", refuse(refusedMalformed, "member entry %s without a token", quoteRedis(entry))
+	}
+	if len(secret) == 0 {
+		return token, nil
+	}
+	if !signed {
+		return "", refuse(refusedUnsigned, "member %s has no signature, and redis_secret is set", quoteRedis(token))
+	}
+	if !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(mac(secret, "member "+prefix, []byte(token))))) {
+		return "", refuse(refusedSignature, "member %s is not signed with the secret", quoteRedis(token))
+	}
+	return token, nil
+}
+
 // heartbeatScript renews the caller's membership for ARGV[2] ms, drops the
-// lapsed ones, and returns Redis's time in µs (exact in Lua's numbers until
-// the year 2255) and the live members.
+// lapsed members and those whose membership would last more than ARGV[3]
+// ms from now (no instance writes that: a member TTL is below a lease, so
+// such a score is anyone's write, and would count for good), and returns
+// Redis's time in µs (exact in Lua's numbers until the year 2255) and at
+// most ARGV[4] members. A members key of another type is anyone's write:
+// it is dropped rather than making every heartbeat fail.
 var heartbeatScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local kind = redis.call('TYPE', KEYS[1]).ok
+if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
-return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('ZRANGE', KEYS[1], 0, -1)}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + tonumber(ARGV[3])), '+inf')
+return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)}
 `)
 
-// Heartbeat renews this instance's membership for ttl and returns the live
-// members' tokens (this one's included, in token order) and Redis's clock.
-func (l *Leases) Heartbeat(ctx context.Context, ttl time.Duration) (members []string, now time.Time, err error) {
+// Membership is what a heartbeat read of the fleet.
+type Membership struct {
+	// Members are the live members' tokens that passed vetting (this
+	// instance's included), in token order.
+	Members []string
+	// Refused holds why each entry that did not pass was refused.
+	Refused []error
+	// Now is Redis's clock.
+	Now time.Time
+}
+
+// Heartbeat renews this instance's membership for ttl, drops the entries
+// that would last more than ahead, and returns the live members and
+// Redis's clock.
+func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membership, error) {
 	if err := checkTTL(ttl); err != nil {
-		return nil, time.Time{}, err
+		return Membership{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.token, ttl.Milliseconds()).Slice()
+	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
+		max(ahead, ttl).Milliseconds(), maxMembers).Slice()
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: %w", err)
+		return Membership{}, fmt.Errorf("lock: heartbeat: %w", err)
+	}
+	if len(res) != 2 {
+		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
 	}
 	us, ok := res[0].(int64)
-	if len(res) != 2 || !ok {
-		return nil, time.Time{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
+	if !ok {
+		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
 	}
+	m := Membership{Now: time.UnixMicro(us)}
 	list, _ := res[1].([]any)
-	for _, m := range list {
-		if s, ok := m.(string); ok {
-			members = append(members, s)
+	for _, e := range list {
+		s, _ := e.(string)
+		tok, err := memberToken(s, l.prefix, l.secret)
+		if err != nil {
+			m.Refused = append(m.Refused, err)
+			continue
 		}
+		m.Members = append(m.Members, tok)
 	}
-	return members, time.UnixMicro(us), nil
+	slices.Sort(m.Members)
+	m.Members = slices.Compact(m.Members)
+	return m, nil
 }
 
 // Leave ends this instance's membership at once.
 func (l *Leases) Leave(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	if err := l.rdb.ZRem(ctx, membersKey(l.prefix), l.token).Err(); err != nil {
+	if err := l.rdb.ZRem(ctx, membersKey(l.prefix), l.memberEntry()).Err(); err != nil {
 		return fmt.Errorf("lock: leave: %w", err)
 	}
 	return nil
 }
 
-// takeScript takes a free lease, or extends one that is already ours.
+// takeScript takes a free lease, or extends one that is already ours. A
+// lease that holds no live instance's token (ARGV[4...]: the members the
+// caller's heartbeat just read), that has no TTL, or whose TTL is above
+// ARGV[3] ms (no instance sets one: a lease is renewed to its TTL), is
+// void: anyone's write, which would keep the key's rightful holder out
+// for good. It is taken too, and 2 returned. A lease key of another type
+// is void as well (SET replaces any type).
 var takeScript = redis.NewScript(`
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -72,38 +159,58 @@ if not v then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
-return 0
+if type(v) == 'string' then
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left <= tonumber(ARGV[3]) then
+    for i = 4, #ARGV do
+      if ARGV[i] == v then return 0 end
+    end
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 2
 `)
 
-// TakeAll takes, in one round trip, the leases on keys that are free or
-// already ours, for ttl, and returns those it holds now. On error, none is
-// reported taken (some may be: they lapse unless renewed).
-func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration) ([]string, error) {
+// TakeAll takes, in one round trip, the leases on keys that are free,
+// already ours, or void (see takeScript: held by none of live, without a
+// TTL, or with one over twice ttl), for ttl, and returns those it holds now
+// and, of those, the ones that were void. On error, none is reported taken
+// (some may be: they lapse unless renewed).
+func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, live []string) (taken, void []string, err error) {
 	if len(keys) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err := checkTTL(ttl); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
+	args := make([]any, 0, 3+len(live))
+	args = append(args, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds())
+	for _, m := range live {
+		args = append(args, m)
+	}
 	cmds := make([]*redis.Cmd, len(keys))
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
-			cmds[i] = takeScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, l.token, ttl.Milliseconds())
+			cmds[i] = takeScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, args...)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("lock: take %d leases: %w", len(keys), err)
+		return nil, nil, fmt.Errorf("lock: take %d leases: %w", len(keys), err)
 	}
-	var taken []string
 	for i, c := range cmds {
-		if n, err := c.Int64(); err == nil && n == 1 {
+		switch n, err := c.Int64(); {
+		case err != nil:
+		case n == 1:
 			taken = append(taken, keys[i])
+		case n == 2:
+			taken = append(taken, keys[i])
+			void = append(void, keys[i])
 		}
 	}
-	return taken, nil
+	return taken, void, nil
 }
 
 // ReleaseAll gives up, in one round trip, the leases on keys that are ours.

@@ -12,31 +12,61 @@ import (
 )
 
 // writeScript writes a status, fenced by the lease: nothing happens unless
-// the lease on the key still holds the caller's token. It raises the key's
-// version, stores status and version together, extends the lease and the
-// status's own expiry when asked, and publishes "<version> <len(key)>
-// <key><status>" when asked.
+// the lease on the key still holds the caller's token. It stores status and
+// version together, extends the lease and the status's own expiry when
+// asked, and publishes "<version> <len(key)> <key><status>" when asked.
 //
-// The version is the larger of the stored one plus one and Redis's clock in
-// microseconds. While the status is stored it only grows; and when Redis
-// has lost it (a restart without persistence, a flush), the next version is
-// still above every one published before, so subscribers that saw those do
-// not drop the new ones as stale. Microseconds stay exact in Lua's numbers
-// (below 2^53) until the year 2255; %.0f prints them without an exponent.
+// A version is Redis's clock in microseconds, bounded by it: the stored
+// version counts only while it is below Redis's clock plus ahead (ARGV[9],
+// µs), and the new one must be above the stored one and not past that
+// bound. A stored version that is not a number, or is further ahead (which
+// no writer made: anyone who can write to Redis can), is treated as absent,
+// so that the writer starts again from Redis's clock rather than from it:
+// the versions stay below 2^53, where Lua's numbers are exact (until the
+// year 2255), and always move. While the status is stored, versions only
+// grow; when Redis has lost it (a restart without persistence, a flush),
+// the next version, from Redis's clock, is still above every one published
+// before it (an earlier clock), so subscribers that saw those do not drop
+// the new ones as stale.
+//
+// The writer proposes the version (ARGV[8]), which its status signs; 0
+// lets the script choose the next one (an opaque status that does not carry
+// it). A proposal out of bounds is not written: the script returns the
+// version to propose instead, the larger of the stored one plus one and
+// Redis's clock. A key of another type than the script writes (a lease
+// that is not a string, a status that is not a hash) is anyone's write,
+// and is treated as absent too, so that it cannot make the script fail.
 //
 // KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
 // key, ARGV[4] status, ARGV[5] lease TTL in ms (0: leave it), ARGV[6] "1"
-// to publish, ARGV[7] the status's TTL in ms (0: none). Returns the new
-// version, or -1 when the lease is not the caller's.
+// to publish, ARGV[7] the status's TTL in ms (0: none), ARGV[8] the
+// proposed version (0: choose), ARGV[9] ahead in µs. Returns {1, version}
+// when written, {0, version to propose} when the proposal is refused, {-1,
+// 0} when the lease is not the caller's.
 var writeScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return -1
+if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
+  return {-1, 0}
 end
 local t = redis.call('TIME')
-local v = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local old = tonumber(redis.call('HGET', KEYS[2], 'v') or '0') or 0
-if old + 1 > v then v = old + 1 end
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit = now + tonumber(ARGV[9])
+local old = nil
+local kind = redis.call('TYPE', KEYS[2]).ok
+if kind == 'hash' then
+  old = tonumber(redis.call('HGET', KEYS[2], 'v') or '')
+elseif kind ~= 'none' then
+  redis.call('DEL', KEYS[2])
+end
+if old ~= nil and not (old >= 0 and old < limit) then old = nil end
+local next = now
+if old ~= nil and old + 1 > next then next = old + 1 end
+local v = tonumber(ARGV[8])
+if v == 0 then
+  v = next
+elseif not (v > (old or 0) and v <= limit) then
+  return {0, next}
+end
 local vs = string.format('%.0f', v)
 redis.call('HSET', KEYS[2], 'v', vs, 's', ARGV[4])
 if ARGV[7] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
@@ -44,7 +74,7 @@ if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 if ARGV[6] == '1' then
   redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
 end
-return v
+return {1, v}
 `)
 
 // Publish stores status for key with the next version and publishes it, in
@@ -60,34 +90,82 @@ type WriteOptions struct {
 	Publish   bool          // publish the status to subscribers
 	LeaseTTL  time.Duration // > 0: extend the lease to this from now
 	StatusTTL time.Duration // > 0: the stored status expires this long after its last write
+	// Ahead bounds versions: a stored version further ahead of Redis's
+	// clock is treated as absent, and none is written past it. 0 is
+	// defaultAhead.
+	Ahead time.Duration
 }
+
+// defaultAhead is WriteOptions.Ahead's default: a lease's at the least.
+const defaultAhead = time.Second
+
+// writeTries bounds the proposals of one WriteVersioned: the script
+// answers a refused one with the version to propose, so a second is
+// refused only when another write came in between.
+const writeTries = 3
 
 // Write stores status for key with the next version, fenced by the lease
 // as Publish is, and does what o asks in the same step.
 func (l *Leases) Write(ctx context.Context, key string, status []byte, o WriteOptions) (version int64, ok bool, err error) {
+	return l.WriteVersioned(ctx, key, 0, func(int64) []byte { return status }, o)
+}
+
+// WriteVersioned stores, fenced by the lease as Write does, the status
+// body returns for its version: propose, unless Redis refuses it (it is
+// not above the stored version, or is beyond Redis's clock plus o.Ahead),
+// then the version Redis proposes instead. propose 0 lets Redis choose.
+// It returns the version written.
+func (l *Leases) WriteVersioned(ctx context.Context, key string, propose int64, body func(version int64) []byte, o WriteOptions) (version int64, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
 	pub := "0"
 	if o.Publish {
 		pub = "1"
 	}
-	v, err := writeScript.Run(ctx, l.rdb,
-		[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
-		l.token, channel(l.prefix), key, status, o.LeaseTTL.Milliseconds(), pub, o.StatusTTL.Milliseconds()).Int64()
-	if err != nil {
-		return 0, false, fmt.Errorf("lock: write status of %q: %w", key, err)
+	ahead := o.Ahead
+	if ahead <= 0 {
+		ahead = defaultAhead
 	}
-	if v < 0 {
-		return 0, false, nil
+	v := max(propose, 0)
+	for range writeTries {
+		res, err := writeScript.Run(ctx, l.rdb,
+			[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
+			l.token, channel(l.prefix), key, body(v), o.LeaseTTL.Milliseconds(), pub, o.StatusTTL.Milliseconds(),
+			v, ahead.Microseconds()).Int64Slice()
+		if err != nil {
+			return 0, false, fmt.Errorf("lock: write status of %q: %w", key, err)
+		}
+		if len(res) != 2 {
+			return 0, false, fmt.Errorf("lock: write status of %q: unexpected reply %v", key, res)
+		}
+		switch res[0] {
+		case 1:
+			return res[1], true, nil
+		case -1:
+			return 0, false, nil
+		}
+		v = res[1]
 	}
-	return v, true, nil
+	return 0, false, fmt.Errorf("%w: status of %q, last proposed version %d", errContended, key, v)
 }
 
-// errMessage is returned for a published message this package cannot read.
-var errMessage = errors.New("lock: malformed status message")
+// errContended: each version proposed was refused, because the stored
+// version moved between the tries. Only a writer without the lease does
+// that: this is no failure of Redis.
+var errContended = errors.New("lock: the stored version moved under every proposal: someone writes the status without the lease")
 
-// parseMessage reads a message of publishScript.
+// errMessage is returned for a published message this package cannot read.
+var errMessage = refuse(refusedMalformed, "a message that is not <version> <key length> <key><status>")
+
+// maxMessage bounds a published message: a status, its key and version.
+const maxMessage = MaxStatusBytes + 1024
+
+// parseMessage reads a message of writeScript. One over maxMessage is
+// refused before anything else.
 func parseMessage(payload string) (key string, version int64, status []byte, err error) {
+	if len(payload) > maxMessage {
+		return "", 0, nil, refuse(refusedLarge, "message of %d bytes, over %d", len(payload), maxMessage)
+	}
 	vs, rest, ok := strings.Cut(payload, " ")
 	if !ok {
 		return "", 0, nil, errMessage

@@ -40,8 +40,10 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 	// Redis is back; another instance holds the lease and finds it down.
 	c.mode = ModeCoordinated
 	c.members["holder"] = true
+	c.memberList = []string{"holder"} // the fleet gives the key to it
 	down := newStatus(tg.Addr, "holder", time.Now(), health.Progress{Verdict: health.Verdict{State: health.Down, Cause: "refused"}, Fail: 3})
-	c.remote[tg.Key] = remoteStatus{version: time.Now().UnixMicro(), status: down}
+	down.V = time.Now().UnixMicro()
+	c.remote[tg.Key] = remoteStatus{version: down.V, status: down}
 	if probe, _ := c.Claim(tg); probe {
 		t.Fatal("a live holder's status covers the target, yet it is probed here")
 	}
@@ -51,6 +53,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 
 	// The holder dies: until this instance probes, its last status counts.
 	delete(c.members, "holder")
+	c.memberList = nil
 	probe, start := c.Claim(tg)
 	if !probe || start.Verdict.State != health.Down {
 		t.Fatalf("holder gone: probe %v from %+v, want a probe from the holder's down", probe, start)

@@ -7,7 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
@@ -17,6 +20,10 @@ import (
 // address it probed, who it is, when, and the verdict with its rise/fall
 // counters.
 type status struct {
+	// V is the status's version, as stored and published with it: inside
+	// the signature, so that a version cannot be changed or a status
+	// replayed under another one without the secret.
+	V      int64          `json:"v"`
 	Addr   netip.AddrPort `json:"addr"`
 	Holder string         `json:"holder"`
 	At     int64          `json:"at"` // the holder's clock at the write, Unix µs
@@ -61,9 +68,47 @@ func (s status) progress() health.Progress {
 // sigPrefix starts a signed status: "sig=<hex HMAC-SHA256> <json>".
 const sigPrefix = "sig="
 
+// MaxStatusBytes bounds a status message and a stored status: one larger
+// is refused before it is decoded. A status is a few hundred bytes; the
+// bound keeps what anyone who can write to Redis makes an instance decode,
+// hold or log small.
+const MaxStatusBytes = 64 << 10
+
+// Kinds of refusal of what is read from Redis: the rate-limited log has
+// one line per kind per minute.
+const (
+	refusedLarge     = "too large"
+	refusedMalformed = "malformed"
+	refusedUnsigned  = "unsigned"
+	refusedSignature = "wrongly signed"
+	refusedVersion   = "version not the signed one"
+	refusedAhead     = "ahead of Redis's clock"
+)
+
+// refusal is why something read from Redis does not count.
+type refusal struct {
+	kind string // one of the refused* kinds
+	why  string // what a person reads; never more than a clip of the input
+}
+
+func (r *refusal) Error() string { return r.kind + ": " + r.why }
+
+func refuse(kind, format string, args ...any) error {
+	return &refusal{kind: kind, why: fmt.Sprintf(format, args...)}
+}
+
+// refusalKind is the kind of err, for the rate-limited log.
+func refusalKind(err error) string {
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.kind
+	}
+	return refusedMalformed
+}
+
 var (
-	errUnsigned = errors.New("unsigned status")
-	errBadSig   = errors.New("wrongly signed status")
+	errUnsigned = refuse(refusedUnsigned, "no signature, and redis_secret is set")
+	errBadSig   = refuse(refusedSignature, "the signature is not the one the secret makes")
 )
 
 // encode writes s for key, signed with secret when there is one. The HMAC
@@ -81,9 +126,13 @@ func encode(key string, s status, secret []byte) []byte {
 }
 
 // decode reads a status of key. With a secret, a status must carry its
-// valid HMAC; without one, a signature is not checked.
+// valid HMAC; without one, a signature is not checked. It checks what a
+// status must hold, not its bounds (see vetStatus).
 func decode(key string, b []byte, secret []byte) (status, error) {
 	var s status
+	if len(b) > MaxStatusBytes {
+		return s, refuse(refusedLarge, "%d bytes, over %d", len(b), MaxStatusBytes)
+	}
 	body := b
 	if rest, ok := bytes.CutPrefix(b, []byte(sigPrefix)); ok {
 		sig, j, ok := bytes.Cut(rest, []byte(" "))
@@ -100,17 +149,61 @@ func decode(key string, b []byte, secret []byte) (status, error) {
 		return s, errUnsigned
 	}
 	if err := json.Unmarshal(body, &s); err != nil {
-		return s, err
+		return s, refuse(refusedMalformed, "unreadable JSON: %s", quoteRedis(err.Error()))
 	}
-	if !s.Addr.IsValid() || s.Holder == "" || s.At <= 0 {
-		return s, errors.New("status without address, holder or time")
+	if !s.Addr.IsValid() || s.Holder == "" || s.At <= 0 || s.V <= 0 {
+		return s, refuse(refusedMalformed, "no address, holder, time or version")
 	}
 	switch s.State {
 	case "up", "down", "unknown":
 	default:
-		return s, errors.New("status with state " + s.State)
+		return s, refuse(refusedMalformed, "state %s", quoteRedis(s.State))
 	}
 	return s, nil
+}
+
+// vetStatus reads a status of key stored or published with version, as
+// every reader of a fleet does before it counts: decoded as decode does,
+// its signed version the one it came with, and neither that version nor
+// its times more than ahead past now, Redis's clock (Unix µs) as the
+// reader knows it. Versions are Redis's clock at the write, times the
+// holder's: a fleet's clocks agree far better than a lease, so one
+// further ahead is not a status any holder wrote, and counting it would
+// make the real ones look stale until Redis's clock caught up.
+func vetStatus(key string, version int64, b []byte, secret []byte, now int64, ahead time.Duration) (status, error) {
+	st, err := decode(key, b, secret)
+	if err != nil {
+		return st, err
+	}
+	if st.V != version {
+		return st, refuse(refusedVersion, "version %d, signed as %d", version, st.V)
+	}
+	limit := now + ahead.Microseconds()
+	switch {
+	case version > limit:
+		return st, refuse(refusedAhead, "version %d is %v ahead of Redis's clock, over %v", version, aheadBy(version, now), ahead)
+	case st.At > limit:
+		return st, refuse(refusedAhead, "written at %d, %v ahead of Redis's clock, over %v", st.At, aheadBy(st.At, now), ahead)
+	case st.Last > limit:
+		return st, refuse(refusedAhead, "probed at %d, %v ahead of Redis's clock, over %v", st.Last, aheadBy(st.Last, now), ahead)
+	}
+	return st, nil
+}
+
+// aheadBy is how far the Unix µs t is past now, rounded for a log line.
+func aheadBy(t, now int64) time.Duration {
+	d := time.Duration(min(t-now, math.MaxInt64/1000)) * time.Microsecond
+	return d.Round(time.Millisecond)
+}
+
+// quoteRedis quotes s for a log line, cut to a length a line can hold: what is
+// read from Redis is anyone's, and is never logged whole.
+func quoteRedis(s string) string {
+	const most = 120
+	if len(s) > most {
+		return strconv.Quote(s[:most]) + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
 }
 
 func mac(secret []byte, key string, body []byte) []byte {

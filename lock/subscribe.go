@@ -24,9 +24,20 @@ type Subscriber struct {
 	rdb    redis.UniversalClient
 	prefix string
 	resync time.Duration
-	// OnError, when set, is told of each failed resync and unreadable
-	// message; the subscriber carries on regardless.
+	// OnError, when set, is told of each failed resync and deaf
+	// subscription; the subscriber carries on regardless.
 	OnError func(error)
+	// OnReject, when set, is told of each message and stored status that
+	// cannot be read at all (malformed, over MaxStatusBytes, not a hash),
+	// with its key when known; it is dropped.
+	OnReject func(key string, err error)
+	// Horizon, when set, returns the highest version a status can have
+	// now (Redis's clock plus the bound, Unix µs). A key's last version
+	// above it is forgotten: versions come from Redis's clock, so one
+	// further ahead was never written by a holder (it passed vetting by a
+	// clock since stepped back, a Redis fail-over to a server whose clock
+	// is behind), and it must not make every real one look stale.
+	Horizon func() int64
 	// Live, when set, receives the newer statuses that arrive as published
 	// messages, instead of Subscribe's apply (which still receives those
 	// of resyncs): a receiver that tells the two apart, to time how long a
@@ -150,10 +161,10 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 				}
 				key, v, status, err := parseMessage(m.Payload)
 				if err != nil {
-					s.fail(err)
+					s.reject("", err)
 					continue
 				}
-				if v <= s.last[key] {
+				if v <= s.lastOf(key) {
 					if s.OnStale != nil {
 						s.OnStale(key)
 					}
@@ -182,7 +193,7 @@ func echoChannel(prefix string) (string, error) {
 // offer applies a status if its version is newer than the key's last one
 // and Accept does not refuse it.
 func (s *Subscriber) offer(key string, v int64, status []byte, apply func(string, int64, []byte)) {
-	if v <= s.last[key] {
+	if v <= s.lastOf(key) {
 		return
 	}
 	if s.Accept != nil && !s.Accept(key, v, status) {
@@ -190,6 +201,23 @@ func (s *Subscriber) offer(key string, v int64, status []byte, apply func(string
 	}
 	s.last[key] = v
 	apply(key, v, status)
+}
+
+// lastOf is the last version applied for key, 0 when none or when it is
+// beyond the Horizon.
+func (s *Subscriber) lastOf(key string) int64 {
+	v, ok := s.last[key]
+	if ok && s.Horizon != nil && v > s.Horizon() {
+		delete(s.last, key)
+		return 0
+	}
+	return v
+}
+
+func (s *Subscriber) reject(key string, err error) {
+	if s.OnReject != nil {
+		s.OnReject(key, err)
+	}
 }
 
 func (s *Subscriber) fail(err error) {
@@ -203,6 +231,10 @@ type Stored struct {
 	Key     string
 	Version int64
 	Status  []byte
+	// Err says why the status could not be read at all (over
+	// MaxStatusBytes, not a hash, no version): Version and Status are
+	// then empty.
+	Err error
 }
 
 // resyncAll reads every stored status and offers it. What was read is
@@ -216,13 +248,20 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 		s.OnResync(len(all), err)
 	}
 	for _, st := range all {
+		if st.Err != nil {
+			s.reject(st.Key, st.Err)
+			continue
+		}
 		s.offer(st.Key, st.Version, st.Status, apply)
 	}
 }
 
 // ReadAll reads every status stored under the prefix, each Redis call
 // bounded by CallTimeout; on Redis Cluster it scans every master. On error
-// it returns what it read before it.
+// it returns what it read before it. A status key that cannot be read (a
+// status over MaxStatusBytes, which is not read; a key that is not a hash;
+// a version that is not a number) is returned with its Err, and does not
+// stop the read.
 func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 	var (
 		mu  sync.Mutex // ForEachMaster reads the masters concurrently
@@ -233,46 +272,17 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 		for {
 			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 			names, next, err := c.Scan(cctx, cursor, statusPattern(s.prefix), scanCount).Result()
-			if err != nil {
-				cancel()
-				return err
-			}
-			if len(names) > 0 {
-				cmds := make([]*redis.SliceCmd, len(names))
-				_, err = c.Pipelined(cctx, func(p redis.Pipeliner) error {
-					for i, n := range names {
-						cmds[i] = p.HMGet(cctx, n, "v", "s")
-					}
-					return nil
-				})
-				if err != nil && !errors.Is(err, redis.Nil) {
-					cancel()
-					return err
-				}
-				for i, n := range names {
-					key, ok := keyOfStatus(s.prefix, n)
-					if !ok {
-						continue
-					}
-					vals, err := cmds[i].Result()
-					if err != nil || len(vals) != 2 {
-						continue
-					}
-					vs, ok1 := vals[0].(string)
-					st, ok2 := vals[1].(string)
-					if !ok1 || !ok2 {
-						continue // deleted meanwhile, or written by someone else
-					}
-					v, err := strconv.ParseInt(vs, 10, 64)
-					if err != nil {
-						continue
-					}
-					mu.Lock()
-					all = append(all, Stored{key, v, []byte(st)})
-					mu.Unlock()
-				}
+			if err == nil {
+				var got []Stored
+				got, err = readStatuses(cctx, c, s.prefix, names)
+				mu.Lock()
+				all = append(all, got...)
+				mu.Unlock()
 			}
 			cancel()
+			if err != nil {
+				return err
+			}
 			if next == 0 {
 				return nil
 			}
@@ -289,4 +299,83 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 		return all, fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
 	}
 	return all, nil
+}
+
+// readStatuses reads the status keys names in two round trips: the size of
+// each status first, then those within MaxStatusBytes, version and status
+// together (one HMGET: a write between the two reads changes both).
+func readStatuses(ctx context.Context, c redis.UniversalClient, prefix string, names []string) ([]Stored, error) {
+	var out []Stored
+	var keys []string
+	sizes := make([]*redis.IntCmd, 0, len(names))
+	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, n := range names {
+			key, ok := keyOfStatus(prefix, n)
+			if !ok {
+				continue
+			}
+			keys = append(keys, key)
+			sizes = append(sizes, p.HStrLen(ctx, n, "s"))
+		}
+		return nil
+	})
+	if err != nil && !replyError(err) {
+		return nil, err
+	}
+	var small []string
+	for i, cmd := range sizes {
+		switch n, err := cmd.Result(); {
+		case err != nil && !replyError(err):
+			return nil, err
+		case err != nil:
+			out = append(out, Stored{Key: keys[i], Err: refuse(refusedMalformed, "the key is not a hash")})
+		case n > MaxStatusBytes:
+			out = append(out, Stored{Key: keys[i], Err: refuse(refusedLarge, "%d bytes, over %d", n, MaxStatusBytes)})
+		case n > 0:
+			small = append(small, keys[i])
+		}
+	}
+	if len(small) == 0 {
+		return out, nil
+	}
+	vals := make([]*redis.SliceCmd, len(small))
+	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range small {
+			vals[i] = p.HMGet(ctx, statusKey(prefix, k), "v", "s")
+		}
+		return nil
+	})
+	if err != nil && !replyError(err) {
+		return out, err
+	}
+	for i, cmd := range vals {
+		vs, err := cmd.Result()
+		if err != nil && !replyError(err) {
+			return out, err
+		}
+		if err != nil || len(vs) != 2 {
+			continue // replaced by another type meanwhile
+		}
+		v, ok1 := vs[0].(string)
+		st, ok2 := vs[1].(string)
+		if !ok1 || !ok2 {
+			continue // deleted meanwhile
+		}
+		switch version, err := strconv.ParseInt(v, 10, 64); {
+		case len(st) > MaxStatusBytes:
+			out = append(out, Stored{Key: small[i], Err: refuse(refusedLarge, "%d bytes, over %d", len(st), MaxStatusBytes)})
+		case err != nil || version < 1:
+			out = append(out, Stored{Key: small[i], Err: refuse(refusedMalformed, "version %s", quoteRedis(v))})
+		default:
+			out = append(out, Stored{Key: small[i], Version: version, Status: []byte(st)})
+		}
+	}
+	return out, nil
+}
+
+// replyError reports whether err is Redis's reply to a command (a key of
+// the wrong type, say), not a failure to reach it.
+func replyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, context.DeadlineExceeded)
 }

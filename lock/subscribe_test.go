@@ -92,6 +92,7 @@ func subscribe(t *testing.T, s *redistest.Server, g *gate, resync time.Duration)
 	}
 	col := &collector{}
 	sub.OnError = col.onError
+	sub.OnReject = func(_ string, err error) { col.onError(err) }
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sub.Subscribe(ctx, col.apply) }()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -33,16 +34,23 @@ type report struct {
 type fleetReport struct {
 	Redis   string   `json:"redis"` // scheme and hosts, never a password
 	Prefix  string   `json:"prefix"`
-	Members []string `json:"members"` // the live instances' tokens
+	Members []string `json:"members"` // the live instances' tokens, vetted as the instances vet them
+	// Refused says why each member entry no instance counts was refused
+	// (unsigned, wrongly signed, lapsing further ahead than an instance
+	// sets).
+	Refused []string `json:"refused,omitempty"`
 }
 
 type clusterReport struct {
 	Name string `json:"name"`
 	// Served: the zone has the cluster; not when each of its rows is
 	// skipped (then it needs no primary, and the rows_skipped alert says so).
-	Served    bool     `json:"served"`
-	Serving   int      `json:"serving"`
-	Out       int      `json:"out"`
+	Served  bool `json:"served"`
+	Serving int  `json:"serving"`
+	Out     int  `json:"out"`
+	// Unknown counts the nodes the registry allows whose stored check is
+	// stale: each instance answers them as its own probe finds them.
+	Unknown   int      `json:"unknown,omitempty"`
 	Primaries []string `json:"primaries"` // serving nodes claiming to be primary
 	// Skipped are its rows that are never served.
 	Skipped []skippedRow `json:"skipped,omitempty"`
@@ -85,7 +93,8 @@ type nodeReport struct {
 	CheckedBy     string `json:"checked_by,omitempty"`
 	CheckedByLive bool   `json:"checked_by_live,omitempty"`
 	// StatusError says why the stored status was not used: refused
-	// (unsigned, wrongly signed, unreadable), or of another address.
+	// (unsigned, wrongly signed, unreadable, out of Redis's clock's
+	// bounds), of another address, or stale (Check is then "stale").
 	StatusError string `json:"status_error,omitempty"`
 	// LagBytes is how far its replay trails the primary, when known.
 	LagBytes *int64 `json:"lag_bytes,omitempty"`
@@ -94,15 +103,22 @@ type nodeReport struct {
 	// one that checks it), LeaseLive whether it is a live member.
 	Lease     string `json:"lease,omitempty"`
 	LeaseLive bool   `json:"lease_live,omitempty"`
-	// State is in or out; Reason the word an instance shows in TXT and
-	// logs; Detail what a person reads.
+	// LeaseError says why the stored lease counts as none (no TTL, or
+	// a TTL no instance sets): the instance the fleet gives the node to
+	// takes it over.
+	LeaseError string `json:"lease_error,omitempty"`
+	// State is in or out, or unknown when the registry allows the node
+	// and its stored check is stale (Reason check_stale): the instances
+	// then answer it as their own probes find it, which this report
+	// cannot tell. Reason is the word an instance shows in TXT and logs;
+	// Detail what a person reads.
 	State  string `json:"state"`
 	Reason string `json:"reason"`
 	Detail string `json:"detail,omitempty"`
 }
 
 func newFleetReport(f *lock.Fleet, o statusOptions) *fleetReport {
-	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}}
+	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}, Refused: f.Refused}
 	for _, m := range f.Members {
 		fr.Members = append(fr.Members, m.Token)
 	}
@@ -122,12 +138,22 @@ func newClusterReport(c pgcluster.ClusterJudgement, f *lock.Fleet) clusterReport
 		if j.RegistryServing {
 			allowed++
 		}
-		cr.Nodes = append(cr.Nodes, newNodeReport(j, f))
+		nr := newNodeReport(j, f)
+		if nr.State == stateUnknown && j.Serving {
+			// Judged by the registry alone, it would serve; the
+			// instances answer it as their own probes find it.
+			cr.Serving--
+			cr.Unknown++
+			cr.Primaries = slices.DeleteFunc(cr.Primaries, func(p string) bool { return p == j.Name })
+		}
+		cr.Nodes = append(cr.Nodes, nr)
 	}
 	cr.Served = c.Serving+c.Out > 0
-	cr.SplitBrain = len(c.Primaries) > 1
-	cr.FailOpen = c.Serving == 0 && allowed > 0
-	cr.OK = len(c.Primaries) == 1 || !cr.Served
+	cr.SplitBrain = len(cr.Primaries) > 1
+	cr.FailOpen = cr.Serving == 0 && cr.Unknown == 0 && allowed > 0
+	// A node of unknown state may be a primary, or a second one: the
+	// report cannot vouch for the cluster.
+	cr.OK = len(cr.Primaries) == 1 && cr.Unknown == 0 || !cr.Served
 	cr.Summary = cr.summary()
 	return cr
 }
@@ -163,16 +189,36 @@ func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
 	}
 	k := f.Keys[j.Cluster+"/"+j.Name]
 	nr.Lease, nr.LeaseLive = k.Holder, k.Holder != "" && f.Live(k.Holder)
+	if k.LeaseErr != nil {
+		nr.LeaseError = k.LeaseErr.Error()
+	}
 	switch {
 	case k.Err != nil:
 		nr.StatusError = "the stored status is refused: " + k.Err.Error()
 	case k.Status != nil && k.Status.Addr != target(j.Node):
 		nr.StatusError = "the stored status is of " + k.Status.Addr.String() + ", not the registry's address"
+	case k.Status != nil && k.Stale != "":
+		nr.CheckedBy, nr.CheckedByLive = k.Status.Holder, f.Live(k.Status.Holder)
+		nr.Check, nr.CheckRole, nr.CheckCause, nr.CheckDetail = checkStale, "", "", ""
+		nr.StatusError = "the stored status is stale: " + k.Stale
+		if j.RegistryServing {
+			nr.State, nr.Reason = stateUnknown, reasonStale
+			nr.Detail = k.Stale + "; every instance checks the node itself and answers it as its own probe finds it"
+		}
 	case k.Status != nil:
 		nr.CheckedBy, nr.CheckedByLive = k.Status.Holder, f.Live(k.Status.Holder)
 	}
 	return nr
 }
+
+// A node whose stored status is stale: the check shows checkStale, and
+// one the registry allows is of stateUnknown for reasonStale, as no
+// instance answers from that status.
+const (
+	checkStale   = "stale"
+	stateUnknown = "unknown"
+	reasonStale  = "check_stale"
+)
 
 // skipWhy says why a row is skipped, by the rows_skipped metric's reason.
 var skipWhy = map[string]string{
@@ -196,6 +242,9 @@ func addrText(n pgcluster.Node) string {
 func (c clusterReport) summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d serving, %d out", c.Name, c.Serving, c.Out)
+	if c.Unknown > 0 {
+		fmt.Fprintf(&b, ", %d unknown (stale check: each instance answers as its own probe finds)", c.Unknown)
+	}
 	if len(c.Skipped) > 0 {
 		fmt.Fprintf(&b, ", %d skipped", len(c.Skipped))
 	}
@@ -206,6 +255,8 @@ func (c clusterReport) summary() string {
 		fmt.Fprintf(&b, "; SPLIT BRAIN: %s claim to be primary, primary.%s has no address", strings.Join(c.Primaries, ", "), c.Name)
 	case len(c.Primaries) == 1:
 		fmt.Fprintf(&b, "; primary %s", c.Primaries[0])
+	case c.Unknown > 0:
+		fmt.Fprintf(&b, "; no serving primary known: primary.%s depends on the nodes of unknown state", c.Name)
 	default:
 		fmt.Fprintf(&b, "; NO SERVING PRIMARY: primary.%s has no address", c.Name)
 	}
@@ -243,6 +294,9 @@ func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
 			short[i] = shortToken(m)
 		}
 		fmt.Fprintf(w, "fleet    %s, prefix %s, %d live instances: %s\n", r.Fleet.Redis, r.Fleet.Prefix, len(short), strings.Join(short, " "))
+		if n := len(r.Fleet.Refused); n > 0 {
+			fmt.Fprintf(w, "         %d member entries refused, as the instances refuse them (the first: %s)\n", n, r.Fleet.Refused[0])
+		}
 	} else {
 		fmt.Fprintln(w, "fleet    not read (no -redis): nodes judged by the registry alone; the fleet's checks may take more out")
 	}
@@ -321,6 +375,8 @@ func (n nodeReport) leaseText(fleet bool) string {
 	switch {
 	case !fleet:
 		return "-"
+	case n.LeaseError != "":
+		return "none (void)"
 	case n.Lease == "":
 		return "none"
 	}

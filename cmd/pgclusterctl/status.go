@@ -29,20 +29,29 @@ const (
 	secretEnv = "PGCLUSTER_REDIS_SECRET"
 	// roundTimeout bounds one read of the registry and Redis.
 	roundTimeout = 15 * time.Second
+	// The fleet's check interval and timeout when its Corefile leaves
+	// them out (the plugin's defaults): leases, memberships and how old
+	// a status may be are measured by them.
+	defaultCheckInterval = 2 * time.Second
+	defaultCheckTimeout  = time.Second
 )
 
 // statusOptions are status's command line.
 type statusOptions struct {
-	postgres   string
-	redis      string
-	prefix     string
-	secret     []byte
-	judge      pgcluster.JudgeOptions
-	watch      bool
-	interval   time.Duration
-	json       bool
-	registry   string // the registry as shown: host:port/database
-	redisShown string // the Redis URL as shown: scheme and hosts
+	postgres string
+	redis    string
+	prefix   string
+	secret   []byte
+	// checkInterval and checkTimeout are the fleet's interval and
+	// timeout: what it reads from Redis is vetted by the bounds an
+	// instance makes of them.
+	checkInterval, checkTimeout time.Duration
+	judge                       pgcluster.JudgeOptions
+	watch                       bool
+	interval                    time.Duration
+	json                        bool
+	registry                    string // the registry as shown: host:port/database
+	redisShown                  string // the Redis URL as shown: scheme and hosts
 }
 
 func parseStatus(args []string, stderr io.Writer) (statusOptions, error) {
@@ -52,6 +61,8 @@ func parseStatus(args []string, stderr io.Writer) (statusOptions, error) {
 	fs.StringVar(&o.postgres, "postgres", "", "the registry `DSN`, as the fleet's postgres option (required)")
 	fs.StringVar(&o.redis, "redis", "", "the fleet's redis `URL`, as its redis option: adds each node's lease holder and check verdict (the fleet's redis_secret, if any, from $"+secretEnv+")")
 	fs.StringVar(&o.prefix, "prefix", "", "the fleet's redis_prefix (default: pgcluster:<zone>:, as the fleet's default)")
+	fs.DurationVar(&o.checkInterval, "check-interval", defaultCheckInterval, "the fleet's interval: with -redis, statuses, leases and members are vetted by the bounds it makes, as the instances vet them")
+	fs.DurationVar(&o.checkTimeout, "check-timeout", defaultCheckTimeout, "the fleet's timeout, as -check-interval")
 	fs.StringVar(&o.judge.Zone, "zone", defaultZone, "the first zone of the fleet's pgcluster block")
 	fs.DurationVar(&o.judge.StaleAfter, "stale-after", 0, "the fleet's stale_after (default off)")
 	fs.BoolVar(&o.judge.AllowLoopback, "allow-loopback", false, "the fleet has allow_loopback")
@@ -85,6 +96,8 @@ serving primary, 1 when one has none or two, 2 on an error.
 		return o, fmt.Errorf("-stale-after %v is negative", o.judge.StaleAfter)
 	case o.prefix != "" && o.redis == "":
 		return o, errors.New("-prefix needs -redis: it names the fleet's keys in Redis")
+	case o.checkInterval <= 0 || o.checkTimeout <= 0:
+		return o, fmt.Errorf("-check-interval %v and -check-timeout %v must be positive: give the fleet's interval and timeout", o.checkInterval, o.checkTimeout)
 	}
 	if *maxLag != "" {
 		n, err := pgcluster.ParseBytes(*maxLag)
@@ -105,6 +118,12 @@ serving primary, 1 when one has none or two, 2 on an error.
 	}
 	o.registry = pgcluster.RegistryName(o.postgres)
 	return o, nil
+}
+
+// lockConfig is the fleet's coordination as its instances configure it:
+// what status reads from Redis is vetted as they vet it.
+func (o statusOptions) lockConfig() lock.Config {
+	return lock.Config{Prefix: o.prefix, Secret: o.secret, Interval: o.checkInterval, Timeout: o.checkTimeout}
 }
 
 // showURL is a Redis URL without its user, password or query: its scheme
@@ -205,7 +224,7 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient) (*r
 		for _, n := range nodes {
 			keys = append(keys, strings.ToLower(n.Cluster+"/"+n.Name))
 		}
-		fleet, err = lock.ReadFleet(ctx, rdb, o.prefix, o.secret, keys)
+		fleet, err = lock.ReadFleet(ctx, rdb, o.lockConfig(), keys)
 		if err != nil {
 			return nil, fmt.Errorf("-redis %s: Redis does not answer, or refuses (%v); the fleet is then in local mode, each instance checking every node itself: check that Redis runs and that this host reaches it", o.redisShown, err)
 		}
@@ -235,10 +254,11 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient) (*r
 }
 
 // verdict is the check verdict the fleet answers n with: the stored
-// status's, when it is of n's address and decided, as an instance applies
-// it.
+// status's, when it passed vetting, is of n's address, covers n (not
+// stale) and is decided, as an instance applies it. A stale status is no
+// verdict: every instance probes the node itself (see stale).
 func verdict(k lock.KeyState, n pgcluster.Node) (health.Verdict, bool) {
-	if k.Status == nil || k.Status.Addr != target(n) {
+	if k.Status == nil || k.Status.Addr != target(n) || k.Stale != "" {
 		return health.Verdict{}, false
 	}
 	v := k.Status.Progress.Verdict
