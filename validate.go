@@ -201,6 +201,7 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 			target[a] = t
 		}
 	}
+	ends := aliasEnds(target, func(name string) bool { return served(name) != nil })
 	resolved := map[string]bool{}
 	for _, r := range rows {
 		a := strings.ToLower(r.Alias)
@@ -209,33 +210,24 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 			continue
 		}
 		resolved[a] = true
-		cur, depth := t, 1
-		path := []string{a}
-		for ; served(cur) == nil; depth++ {
-			next, ok := target[cur]
-			path = append(path, cur)
-			switch {
-			case !ok:
-				ab.skip(skipAliasDangling, what(r)+": no cluster or alias "+cur)
-			case slices.Contains(path, next):
-				ab.skip(skipAliasLoop, what(r))
-			case depth >= maxChain:
-				ab.skip(skipAliasTooDeep, fmt.Sprintf("%s: more than %d aliases to a cluster", what(r), maxChain))
-			default:
-				cur = next
-				continue
-			}
-			break
-		}
-		c := served(cur)
-		if c == nil {
+		e := ends[a]
+		switch {
+		case e.loop:
+			ab.skip(skipAliasLoop, what(r))
+			continue
+		case e.missing != "":
+			ab.skip(skipAliasDangling, what(r)+": no cluster or alias "+e.missing)
+			continue
+		case e.depth > maxChain:
+			ab.skip(skipAliasTooDeep, fmt.Sprintf("%s: more than %d aliases to a cluster", what(r), maxChain))
 			continue
 		}
+		c := served(e.final)
 		if zoneLen+c.longest+len(a)+1 > maxNameLen {
 			ab.skip(skipNameTooLong, what(r)+": its names would be longer than 255 octets")
 			continue
 		}
-		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: cur, depth: depth})
+		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: e.final, depth: e.depth})
 	}
 	sort.SliceStable(ab.resolved, func(i, j int) bool { return ab.resolved[i].depth < ab.resolved[j].depth })
 	h := fnv.New64a()
@@ -244,6 +236,58 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 	}
 	ab.hash = h.Sum64()
 	return ab
+}
+
+// aliasEnd is where an alias's chain ends: at the cluster final, depth
+// aliases away (1: the alias names it), in a loop, or at a name that is
+// neither a cluster nor an alias (missing).
+type aliasEnd struct {
+	final   string
+	depth   int
+	loop    bool
+	missing string
+}
+
+// aliasEnds follows every alias of target (alias -> target, both in lower
+// case) to where its chain ends, however long: a chain that comes back on
+// itself is a loop at any length, and one that leads into a loop is
+// reported as one too. Each alias is followed once (the ends found are
+// kept), so a registry of n aliases costs O(n).
+func aliasEnds(target map[string]string, cluster func(string) bool) map[string]aliasEnd {
+	ends := make(map[string]aliasEnd, len(target))
+	onPath := map[string]bool{}
+	for a := range target {
+		var path []string
+		var e aliasEnd
+		for cur := a; ; cur = target[cur] {
+			if known, ok := ends[cur]; ok {
+				e = known
+				break
+			}
+			if cluster(cur) {
+				e = aliasEnd{final: cur}
+				break
+			}
+			if _, ok := target[cur]; !ok {
+				e = aliasEnd{missing: cur}
+				break
+			}
+			if onPath[cur] {
+				e = aliasEnd{loop: true}
+				break
+			}
+			onPath[cur] = true
+			path = append(path, cur)
+		}
+		for i := len(path) - 1; i >= 0; i-- {
+			if e.final != "" {
+				e.depth++
+			}
+			ends[path[i]] = e
+			delete(onPath, path[i])
+		}
+	}
+	return ends
 }
 
 func (ab *aliasBuild) skip(reason, what string) {
