@@ -105,6 +105,8 @@ type Coordinator struct {
 	own        map[string]health.Progress
 	published  map[string]health.Progress // what we last published per key
 	writtenBy  map[string]bool            // we have written this key's status since taking its lease
+	blocked    map[string]time.Time       // when our take of a key that is ours first failed
+	seized     map[string]time.Time       // when we last seized a key's lease (see blockedFor)
 	members    map[string]bool            // live members' tokens
 	memberList []string                   // the same, in token order (for owner)
 	offset     time.Duration              // Redis's clock minus ours, at the last heartbeat
@@ -144,6 +146,8 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		own:       map[string]health.Progress{},
 		published: map[string]health.Progress{},
 		writtenBy: map[string]bool{},
+		blocked:   map[string]time.Time{},
+		seized:    map[string]time.Time{},
 		members:   map[string]bool{},
 		wake:      make(chan struct{}, 1),
 	}
@@ -158,14 +162,11 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	// or replayed status, whatever its version, cannot make the real
 	// ones stale.
 	sub.Accept = func(key string, v int64, b []byte) bool {
-		if !c.wanted(key) {
-			return false
-		}
 		if _, err := c.vet(key, v, b); err != nil {
 			c.rejected(key, err)
 			return false
 		}
-		return true
+		return c.wanted(key)
 	}
 	return c, nil
 }
@@ -187,7 +188,9 @@ func (c *Coordinator) rejected(key string, err error) {
 // wanted reports whether a status of key can count here: key is a
 // target, or no target is known yet (a cold start answers from every
 // stored status). Statuses of other keys are not kept, so that what is
-// published cannot grow this instance's memory.
+// published cannot grow this instance's memory; a genuine one (a node
+// this instance has not read from the registry yet) is read again by the
+// next resync.
 func (c *Coordinator) wanted(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -400,12 +403,12 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 // applyRemote applies a status read from Redis, live (published) or from a
 // resync. Statuses that fail vetting and older versions are dropped.
 func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
-	if !c.wanted(key) {
-		return
-	}
 	st, err := c.vet(key, v, b)
 	if err != nil {
 		c.rejected(key, err)
+		return
+	}
+	if !c.wanted(key) {
 		return
 	}
 	c.mu.Lock()
@@ -610,6 +613,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.resyncAt = time.Time{}
 	}
 	probeNow := c.probeNow
+	tried := c.blockedSet()
 	c.mu.Unlock()
 
 	if resync {
@@ -619,13 +623,23 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.lost(ctx, err)
 		return
 	}
-	taken, void, err := c.leases.TakeAll(ctx, take, c.b.ttl, members)
+	taken, void, err := c.leases.TakeAll(ctx, take, c.b.ttl, members, tried)
 	if err != nil {
 		c.lost(ctx, err)
 		return
 	}
 	for _, k := range void {
 		c.rlog.Logf("lease void", "lease of %s was held by no live member, without a TTL or with one beyond any lease's: taken over", k)
+	}
+	if seize := c.blockedFor(take, taken); len(seize) > 0 {
+		if err := c.leases.SeizeAll(ctx, seize, c.b.ttl); err != nil {
+			c.lost(ctx, err)
+			return
+		}
+		for _, k := range seize {
+			c.rlog.Logf("lease seized", "lease of %s kept from this instance, which the fleet gives it to, for over a lease (%v) by a member that does not write it: taken over", k, c.b.ttl)
+		}
+		taken = append(taken, seize...)
 	}
 	c.mu.Lock()
 	for _, k := range release {
@@ -644,6 +658,56 @@ func (c *Coordinator) tend(ctx context.Context) {
 	for _, k := range kick {
 		probeNow(k)
 	}
+}
+
+// blockedFor returns the keys of take, not taken, whose take has failed
+// for longer than a lease: a live member holds them, but not as their
+// owner. A holder the fleet moved a key away from releases it at its next
+// round, and one that stopped lapses from the members within a lease; a
+// lease kept longer is anyone's write naming a live member, which would
+// keep the key's status from being written for as long as they keep
+// writing it. A key seized within the last two leases is seized again at
+// once: whoever took it back is no holder that lets go.
+func (c *Coordinator) blockedFor(take, taken []string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	var seize []string
+	for _, k := range take {
+		if slices.Contains(taken, k) {
+			delete(c.blocked, k)
+			continue
+		}
+		since, ok := c.blocked[k]
+		switch {
+		case now.Sub(c.seized[k]) < 2*c.b.ttl, ok && now.Sub(since) > c.b.ttl:
+			delete(c.blocked, k)
+			c.seized[k] = now
+			seize = append(seize, k)
+		case !ok:
+			c.blocked[k] = now
+		}
+	}
+	for k := range c.blocked {
+		if !slices.Contains(take, k) {
+			delete(c.blocked, k)
+		}
+	}
+	for k, at := range c.seized {
+		if now.Sub(at) >= 2*c.b.ttl {
+			delete(c.seized, k)
+		}
+	}
+	return seize
+}
+
+// blockedSet is the keys whose take has failed before. c.mu is held.
+func (c *Coordinator) blockedSet() map[string]bool {
+	m := make(map[string]bool, len(c.blocked))
+	for k := range c.blocked {
+		m[k] = true
+	}
+	return m
 }
 
 // lost handles a Redis call of tend that failed.

@@ -177,6 +177,12 @@ func readMembers(ctx context.Context, rdb redis.UniversalClient, cfg Config, b b
 	zs, err := rdb.ZRangeByScoreWithScores(ctx, membersKey(cfg.Prefix), &redis.ZRangeBy{
 		Min: strconv.FormatInt(f.Now.UnixMilli(), 10), Max: "+inf", Count: maxMembers,
 	}).Result()
+	if err != nil && replyError(err) {
+		// Not a sorted set: anyone's write, which the instances'
+		// next heartbeat replaces.
+		f.Refused = append(f.Refused, "the members key is not a sorted set: "+err.Error())
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("lock: read the members under %q: %w", cfg.Prefix, err)
 	}

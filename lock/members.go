@@ -143,12 +143,12 @@ func (l *Leases) Leave(ctx context.Context) error {
 }
 
 // takeScript takes a free lease, or extends one that is already ours. A
-// lease that holds no live instance's token (ARGV[4...]: the members the
-// caller's heartbeat just read), that has no TTL, or whose TTL is above
-// ARGV[3] ms (no instance sets one: a lease is renewed to its TTL), is
-// void: anyone's write, which would keep the key's rightful holder out
-// for good. It is taken too, and 2 returned. A lease key of another type
-// is void as well (SET replaces any type).
+// lease that has no TTL, or whose TTL is above ARGV[3] ms (no instance
+// sets one: a lease is renewed to its TTL), or, when ARGV[4] is "1", that
+// holds no live instance's token (ARGV[5...]: the members the caller's
+// heartbeat just read), is void: anyone's write, which would keep the
+// key's rightful holder out for good. It is taken too, and 2 returned. A
+// lease key of another type is void as well (SET replaces any type).
 var takeScript = redis.NewScript(`
 local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] then
@@ -162,7 +162,8 @@ end
 if type(v) == 'string' then
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left <= tonumber(ARGV[3]) then
-    for i = 4, #ARGV do
+    if ARGV[4] ~= '1' then return 0 end
+    for i = 5, #ARGV do
       if ARGV[i] == v then return 0 end
     end
   end
@@ -172,11 +173,17 @@ return 2
 `)
 
 // TakeAll takes, in one round trip, the leases on keys that are free,
-// already ours, or void (see takeScript: held by none of live, without a
-// TTL, or with one over twice ttl), for ttl, and returns those it holds now
-// and, of those, the ones that were void. On error, none is reported taken
-// (some may be: they lapse unless renewed).
-func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, live []string) (taken, void []string, err error) {
+// already ours, or void (see takeScript: without a TTL or with one over
+// twice ttl, or, for the keys of vetMembers, held by none of live), for
+// ttl, and returns those it holds now and, of those, the ones that were
+// void. On error, none is reported taken (some may be: they lapse unless
+// renewed).
+//
+// A holder missing from live is void only for the keys of vetMembers:
+// those the caller failed to take a round ago already. An instance that
+// joined since the caller's heartbeat may have taken a key at once; by
+// the next round the caller knows it.
+func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, live []string, vetMembers map[string]bool) (taken, void []string, err error) {
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
@@ -185,14 +192,19 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 	}
 	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	args := make([]any, 0, 3+len(live))
-	args = append(args, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds())
+	trust := []any{l.token, ttl.Milliseconds(), 2 * ttl.Milliseconds(), "0"}
+	vet := make([]any, 0, 4+len(live))
+	vet = append(vet, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds(), "1")
 	for _, m := range live {
-		args = append(args, m)
+		vet = append(vet, m)
 	}
 	cmds := make([]*redis.Cmd, len(keys))
 	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, k := range keys {
+			args := trust
+			if vetMembers[k] {
+				args = vet
+			}
 			cmds[i] = takeScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, args...)
 		}
 		return nil
@@ -211,6 +223,30 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 		}
 	}
 	return taken, void, nil
+}
+
+// SeizeAll takes, in one round trip, the leases on keys for ttl whoever
+// holds them: for keys whose holder kept them from their owner for longer
+// than any holder keeps a key the fleet moved away from it.
+func (l *Leases) SeizeAll(ctx context.Context, keys []string, ttl time.Duration) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, k := range keys {
+			p.Set(ctx, leaseKey(l.prefix, k), l.token, ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("lock: seize %d leases: %w", len(keys), err)
+	}
+	return nil
 }
 
 // ReleaseAll gives up, in one round trip, the leases on keys that are ours.
