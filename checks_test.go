@@ -1,14 +1,20 @@
 package pgcluster
 
 import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
 // checked builds testNodes with checks on and the verdicts in view.
@@ -174,7 +180,91 @@ func TestChecksOffNoTargets(t *testing.T) {
 	for _, tg := range p.snap.Load().targets {
 		keys = append(keys, tg.Key+"="+tg.Addr.String())
 	}
-	if got := strings.Join(keys, " "); got != "local/pg1=192.0.2.1:5432 local/pg2=192.0.2.2:5432 local/pg3=[2001:db8::3]:5433 local/pg4=192.0.2.4:5432 other/x1=192.0.2.21:5432" {
+	// pg4, which the registry marks unhealthy, is not checked.
+	if got := strings.Join(keys, " "); got != "local/pg1=192.0.2.1:5432 local/pg2=192.0.2.2:5432 local/pg3=[2001:db8::3]:5433 other/x1=192.0.2.21:5432" {
 		t.Errorf("targets: %s", got)
+	}
+}
+
+// countingListener accepts connections on a loopback port, closes them, and
+// counts them: a node's port, probed by check tcp.
+type countingListener struct {
+	l        net.Listener
+	accepted atomic.Int64
+}
+
+func listenCounting(t *testing.T) *countingListener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &countingListener{l: l}
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.accepted.Add(1)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close() })
+	return c
+}
+
+func (c *countingListener) node(name string, healthy bool) Node {
+	ap := netip.MustParseAddrPort(c.l.Addr().String())
+	return Node{Cluster: "local", Name: name, Address: ap.Addr(), Port: int(ap.Port()), Role: roleStandby, Healthy: healthy}
+}
+
+// Only nodes the registry allows are checked: no probe reaches a node the
+// registry marks healthy=false, while its healthy neighbour is probed every
+// interval; marked healthy, it is probed; marked unhealthy again, its
+// probes stop.
+func TestUnhealthyNotProbed(t *testing.T) {
+	ok, sick := listenCounting(t), listenCounting(t)
+	set := &settings{zones: []string{testZone}, ttl: 5, dsn: "unhealthy-not-probed", check: checkTCP,
+		interval: 100 * time.Millisecond, timeout: 50 * time.Millisecond, rise: 1, fall: 1, allowLoopback: true, allDown: allDownClosed}
+	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
+	pb := &publisher{p: p, set: set}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := startChecks(ctx, set, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	probed := func(c *countingListener, n int64) error {
+		return pgtest.WaitFor(5*time.Second, func() error {
+			if got := c.accepted.Load(); got < n {
+				return fmt.Errorf("%d probes, want %d", got, n)
+			}
+			return nil
+		})
+	}
+
+	pb.apply([]Node{ok.node("ok", true), sick.node("sick", false)}, nil)
+	if err := probed(ok, 5); err != nil {
+		t.Fatalf("the healthy node: %v", err)
+	}
+	if n := sick.accepted.Load(); n != 0 {
+		t.Errorf("the node the registry marks unhealthy was probed %d times while the healthy one was probed 5", n)
+	}
+
+	pb.apply([]Node{ok.node("ok", true), sick.node("sick", true)}, nil)
+	if err := probed(sick, 2); err != nil {
+		t.Fatalf("marked healthy: %v", err)
+	}
+
+	pb.apply([]Node{ok.node("ok", true), sick.node("sick", false)}, nil)
+	// A probe in flight when the targets change may still land.
+	before := sick.accepted.Load() + 1
+	okBefore := ok.accepted.Load()
+	if err := probed(ok, okBefore+5); err != nil {
+		t.Fatalf("the healthy node: %v", err)
+	}
+	if n := sick.accepted.Load(); n > before {
+		t.Errorf("marked unhealthy again: probed %d more times while the healthy node was probed 5", n-before+1)
 	}
 }

@@ -117,7 +117,10 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
 		m := judge(n, in)
 		c.members = append(c.members, m)
-		if in.checksOn() && m.target.IsValid() {
+		// Only nodes the registry allows are checked: no instance connects
+		// to a node the registry marks unhealthy (or stale, or otherwise
+		// out), which its check could not bring back.
+		if in.checksOn() && m.target.IsValid() && m.registryOK {
 			cb.targets = append(cb.targets, health.Target{Key: cl + "/" + nl, Addr: m.target})
 		}
 	}
