@@ -490,3 +490,60 @@ func TestAnswerSharesRecordsOnlyWithReaders(t *testing.T) {
 		}
 	}
 }
+
+// Two nodes of one cluster at one address (two ports, or one address
+// written twice, once IPv4-mapped) are one address record in every set
+// that holds both, each node keeping its SRV record; in a set of many
+// nodes too.
+func TestAnswerDuplicateAddresses(t *testing.T) {
+	nodes := testNodes()
+	second := node("local", "pg5", "192.0.2.2", "standby")
+	second.Port = 5433
+	mapped := node("local", "pg6", "::ffff:192.0.2.2", "standby")
+	nodes = append(nodes, second, mapped)
+	for i := range 40 {
+		addr := "192.0.2.50"
+		if i%2 == 1 {
+			addr = "2001:db8::50"
+		}
+		nodes = append(nodes, node("many", fmt.Sprintf("n%d", i), addr, "standby"))
+	}
+	p := newTestPlugin(buildInput{nodes: nodes, aliases: testAliases})
+	for _, tc := range []struct {
+		name  string
+		qtype uint16
+		want  string
+	}{
+		{"local.", dns.TypeA, "192.0.2.1 192.0.2.2"},
+		{"standby.local.", dns.TypeA, "192.0.2.2"},
+		{"replica.local.", dns.TypeA, "192.0.2.2"},
+		{"prefer-standby.local.", dns.TypeA, "192.0.2.2"},
+		{"prod.", dns.TypeA, "192.0.2.1 192.0.2.2"},
+		{"many.", dns.TypeA, "192.0.2.50"},
+		{"many.", dns.TypeAAAA, "2001:db8::50"},
+		{"standby.many.", dns.TypeAAAA, "2001:db8::50"},
+	} {
+		var got []string
+		for _, rr := range query(t, p, tc.name+testZone, tc.qtype).Answer {
+			switch rr := rr.(type) {
+			case *dns.A:
+				got = append(got, rr.A.String())
+			case *dns.AAAA:
+				got = append(got, rr.AAAA.String())
+			}
+		}
+		sort.Strings(got)
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s %s: %v, want %s", tc.name, dns.TypeToString[tc.qtype], got, tc.want)
+		}
+	}
+	var ports []string
+	for _, rr := range query(t, p, "_postgresql._tcp.standby.local."+testZone, dns.TypeSRV).Answer {
+		srv := rr.(*dns.SRV)
+		ports = append(ports, fmt.Sprintf("%s:%d", strings.TrimSuffix(srv.Target, ".local."+testZone), srv.Port))
+	}
+	sort.Strings(ports)
+	if got := strings.Join(ports, " "); got != "pg2:5432 pg3:5433 pg5:5433 pg6:5432" {
+		t.Errorf("standby SRV: %s, want every node's", got)
+	}
+}

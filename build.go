@@ -199,6 +199,36 @@ func (b *builder) set(prefix string, members, open []*member) {
 		e.add(m.addr)
 		se.srv = append(se.srv, service{target: b.nodes[m], addr: m.addr, port: uint16(m.Port)})
 	}
+	// Two nodes at one address (two ports, or one host's address put in
+	// by self) are one address record; each keeps its SRV record.
+	e.a, e.aaaa = distinct(e.a), distinct(e.aaaa)
+}
+
+// distinct returns addrs without the repeats of an address, the first of
+// each kept in order, in addrs's own array.
+func distinct[T comparable](addrs []T) []T {
+	if len(addrs) < 2 {
+		return addrs
+	}
+	out := addrs[:1]
+	if len(addrs) <= 16 {
+		// A few addresses, as most sets have: compared, no map made.
+		for _, a := range addrs[1:] {
+			if !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	seen := make(map[T]bool, len(addrs))
+	seen[addrs[0]] = true
+	for _, a := range addrs[1:] {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // pick returns the members of c for which keep holds, in order.
