@@ -351,6 +351,8 @@ func (n nodeReport) registryText() string {
 
 func (n nodeReport) checkText() string {
 	switch {
+	case n.Check == checkStale:
+		return "stale" // why: in REASON
 	case n.StatusError != "":
 		return "? " + n.StatusError
 	case n.Check == "":
