@@ -28,9 +28,12 @@
 //     written within a resync, a lease and an interval.
 //   - A member entry is signed with the secret and keyed to the prefix; one
 //     whose membership would last more than a member TTL and a lease is
-//     dropped by every heartbeat. A lease without a TTL, with one over two
-//     lease TTLs, or held by no live member, is void: the member the fleet
-//     gives the key to takes it over at its next round.
+//     dropped by every heartbeat. A lease without a TTL or with one over two
+//     lease TTLs is void: the member the fleet gives the key to takes it
+//     over at its next round; so it does, from its second round, with a
+//     lease held by no live member, and after a lease with one a live
+//     member keeps from it (a holder the fleet moved a key away from lets
+//     go within a round).
 //   - A message or stored status over MaxStatusBytes is refused before it
 //     is decoded; a key of a type the scripts do not write is treated as
 //     absent rather than making them fail. Every refusal is counted

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -312,4 +313,37 @@ func TestParseMessage(t *testing.T) {
 			t.Errorf("parseMessage(%q) = %q, %d, %q, %v; want %q, %d, %q, ok %v", tc.in, key, v, st, err, tc.key, tc.version, tc.status, tc.ok)
 		}
 	}
+}
+
+// A key's last version beyond the Horizon is forgotten: a version that
+// counted once (say before Redis's clock stepped back) does not make every
+// later, lower one stale.
+func TestSubscribeForgetsVersionsBeyondHorizon(t *testing.T) {
+	s := redistest.Start(t)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	sub, err := NewSubscriber(c, "test:", 50*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var horizon atomic.Int64
+	horizon.Store(math.MaxInt64)
+	sub.Horizon = horizon.Load
+	col := &collector{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sub.Subscribe(ctx, col.apply) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	raw := s.Client(t)
+	now := time.Now().UnixMicro()
+	if err := raw.HSet(context.Background(), statusKey("test:", "k"), "v", now+3600e6, "s", "ahead").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, col, entry{"k", now + 3600e6, "ahead"})
+	horizon.Store(now + 1e6) // Redis's clock plus a bound, as a Coordinator knows it
+	if err := raw.HSet(context.Background(), statusKey("test:", "k"), "v", now, "s", "real").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitApplied(t, col, entry{"k", now, "real"})
 }
