@@ -389,9 +389,10 @@ func TestAttackGarbageMessages(t *testing.T) {
 		}
 	}
 	want := garbage + 3
-	eventually(t, 30*time.Second, "every garbage message counted as rejected by every instance", func() bool {
-		for _, o := range f.obs {
-			if o.count("rejected") < want {
+	eventually(t, 30*time.Second, fmt.Sprintf("every garbage message (%d) counted as rejected by every instance", want), func() bool {
+		for i, o := range f.obs {
+			if n := o.count("rejected"); n < want {
+				t.Logf("instance %d: %d rejected, %d stale so far", i, n, o.count("stale"))
 				return false
 			}
 		}

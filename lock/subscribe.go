@@ -124,6 +124,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		redis.WithChannelReconnectTimeout(CallTimeout),
 	)
 	pending := false // a marker is out and has not come back
+	heard := false   // a message came since the last check
 	for {
 		select {
 		case <-ctx.Done():
@@ -133,10 +134,18 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		case <-s.now:
 			s.resyncAll(ctx, apply)
 		case <-check:
-			if pending {
+			switch {
+			case pending && !heard:
 				s.fail(fmt.Errorf("lock: the subscription to %q no longer hears what is published (the master changed?): subscribing again", channel(s.prefix)))
 				return nil
+			case pending:
+				// Behind, not deaf: a flood of messages (anyone can
+				// publish) holds the marker back. Subscribing again
+				// would drop the backlog and read every status again.
+				heard = false
+				continue
 			}
+			heard = false
 			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 			// A marker that cannot be published says nothing of the
 			// subscription: Redis is away, and the subscription
@@ -155,6 +164,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 					s.resyncAll(ctx, apply)
 				}
 			case *redis.Message:
+				heard = true
 				if m.Channel == echo {
 					pending = false
 					continue
