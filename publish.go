@@ -124,13 +124,14 @@ func (pb *publisher) change(ch change) {
 		switch {
 		case prev.hash == s.hash:
 			serial = prev.serial
-		case serial <= prev.serial:
+		case !serialAfter(serial, prev.serial):
 			serial = prev.serial + 1
 		}
 	}
 	if pb.version > 0 {
-		// Through the relay, the serial is the fleet's registry version.
-		serial = uint32(pb.version)
+		// Through the relay, the serial is the fleet's registry version,
+		// as long as that does not take it backwards.
+		serial = relaySerial(prev, pb.version, prev != nil && prev.hash == s.hash)
 	}
 	s.setSerial(serial, pb.set.ttl)
 	pb.p.snap.Store(s)

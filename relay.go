@@ -2,14 +2,18 @@ package pgcluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/internal/ratelog"
 	"github.com/pgcluster/pgcluster/lock"
 )
 
@@ -28,12 +32,35 @@ const (
 	// relayGrace is how long a follower may go without a registry session
 	// before it gives the lease up for another instance to try.
 	relayGrace = relayLease
-	// relayResync: after a copy is rejected, it is read whole again at most
-	// this often, unless its version moves.
-	relayResync = 10 * time.Second
+	// relayRetry: a reader that refused the copy reads it again this soon
+	// (the follower stores its own again over a forged one at its next
+	// renewal), and news that brought nothing is heeded at most this
+	// often, so that whoever publishes garbage costs a reader ten reads a
+	// second at most.
+	relayRetry = 100 * time.Millisecond
+	// relayDistrust: a reader that has refused the copy for this long
+	// follows PostgreSQL itself. It cannot tell what it misses meanwhile,
+	// so this bounds how long it may serve a registry that moved on,
+	// whoever keeps writing over the copy: well below the checks' bound
+	// (fall × interval + timeout + lease).
+	relayDistrust = time.Second
+	// relayHold, doubled up to relayHoldMax while it keeps happening, is
+	// how long an instance that follows PostgreSQL itself because it
+	// refused the copy does so before it reads Redis again: a copy forged
+	// again and again makes it switch that seldom, not at every forgery.
+	relayHold    = 10 * time.Second
+	relayHoldMax = 5 * time.Minute
 	// relayFirstCopy is how long a new instance with nothing to serve
-	// waits for a copy before it follows PostgreSQL itself.
+	// waits for a copy before it follows PostgreSQL itself, and
+	// relayVouchWait how long it waits for the follower to vouch for the
+	// copy there (a live follower does every relayTick: one that does not
+	// has no registry session, or the copy is an old one replayed).
 	relayFirstCopy = relayLease
+	relayVouchWait = time.Second
+	// relayCheckEvery: a follower whose renewal found its head overwritten
+	// (and stored it again) reads the copy whole at most this often, to
+	// find fields written by someone else too.
+	relayCheckEvery = 5 * time.Second
 	// relayExpiryMargin: a lease about to expire is polled this long after
 	// its expiry as last seen.
 	relayExpiryMargin = 5 * time.Millisecond
@@ -50,12 +77,21 @@ const (
 // instance, holding the registry lease, follows PostgreSQL (a registry, as
 // without Redis) and writes each change it applies to the copy in Redis
 // (lock.RegistryCopy) before applying it with the version written; every
-// other instance reads the changes from the copy and never connects to
-// PostgreSQL. The fleet's instances thus serve the same SOA serial, the
+// other instance reads the changes from the copy and holds no registry
+// session (it reads the registry's system identifier once, to know its
+// registry). The fleet's instances thus serve the same SOA serial, the
 // version, for the same rows. A new follower reloads in full and writes
 // the copy whole before it publishes. When Redis does not answer, every
 // instance follows PostgreSQL itself (local) until Redis answers again and
 // the follower vouches for a copy made since.
+//
+// Redis is not trusted: a copy counts only once vetted (signed, within
+// bounds by Redis's clock, of this fleet's registry, and, for an instance
+// that holds none yet, vouched for within a lease). A reader that refuses
+// the copy reads it again soon, and follows PostgreSQL itself once it has
+// refused it for relayDistrust, or at once when it has nothing to serve
+// or the copy is another registry's; the follower finds what was written
+// over its copy at its next renewal and writes its own again.
 type relay struct {
 	set  *settings
 	pb   *publisher
@@ -63,33 +99,49 @@ type relay struct {
 	kept bool
 	rdb  redis.UniversalClient
 	rc   *lock.RegistryCopy
+	// warn and info write the lines that what is read from Redis causes:
+	// one per kind per minute, whatever anyone writes there.
+	warn, info *ratelog.Limiter
 
 	updates chan relayUpdate
 	polls   chan relayPoll // capacity 1: the poll in flight's result
 	news    chan int64     // capacity 1: the version last published, 0 when a subscription began
+	idents  chan uint64    // the registry's system identifier, once read
 	loaded  chan struct{}  // closed at the first rows applied
 	done    chan struct{}  // closed when run returns
 
 	// Touched only by restore and then run's goroutine.
 	ctx      context.Context
+	id       registryID // this instance's registry
 	role     string
-	rows     rowSet           // the registry as served here
-	hasRows  bool             // rows were applied
-	st       *lock.CopyState  // the copy as applied here, or as written (follower)
-	written  bool             // follower: this term's first, full write is done
-	term     int64            // follower: Redis µs when its term began
-	redisNow time.Time        // Redis's clock at the last poll or renewal
-	fails    int              // Redis calls failed in a row
-	back     time.Time        // local: Redis's clock when it answered again
-	leaveBy  time.Time        // leave the lease to others until then
-	left     time.Duration    // the lease's time to live at the last poll, 0 without one
-	started  time.Time        // of run
-	checked  time.Time        // follower: when the copy was last checked
-	rejected time.Time        // when a copy was last rejected
-	rejectV  int64            // the version rejected
-	follow   *relayFollowing  // the registry session, while following PostgreSQL here
-	gen      int              // of the last relayFollowing
-	logged   map[string]error // the last failure of each kind logged
+	rows     rowSet          // the registry as served here
+	hasRows  bool            // rows were applied
+	st       *lock.CopyState // the copy as applied here, or as written (follower)
+	written  bool            // follower: this term's first, full write is done
+	term     int64           // follower: Redis µs when its term began
+	redisNow time.Time       // Redis's clock at the last poll, read or renewal
+	redisAt  time.Time       // this host's clock then
+	fails    int             // Redis calls failed in a row
+	back     time.Time       // local: Redis's clock when it answered again
+	leaveBy  time.Time       // leave the lease to others until then
+	left     time.Duration   // the lease's time to live at the last poll, 0 without one
+	started  time.Time       // of run
+	checked  time.Time       // follower: when the copy was last checked
+	// distrust is since when a reader has refused the copy (zero: it has
+	// not), quiet until when news is not heeded (a read just brought
+	// nothing), and retry re-reads a refused copy, or news held back.
+	distrust   time.Time
+	quiet      time.Time
+	retry      *time.Timer
+	retrying   bool
+	pending    bool             // news held back, for retry to read
+	holdUntil  time.Time        // local because a copy was refused: read Redis again from then
+	hold       time.Duration    // the last hold (see relayHold)
+	rejoinedAt time.Time        // when this instance last read Redis again after a hold
+	unvouched  bool             // a copy the follower had not vouched for was not taken
+	follow     *relayFollowing  // the registry session, while following PostgreSQL here
+	gen        int              // of the last relayFollowing
+	logged     map[string]error // the last failure of each kind logged
 }
 
 // relayUpdate is a registry's update, tagged with the registry it comes
@@ -111,6 +163,8 @@ type relayFollowing struct {
 	cancel context.CancelFunc
 	gen    int
 	up     atomic.Bool
+	// failed: a session failed (or could not start) since this one began.
+	failed atomic.Bool
 	// downSince is when the session was last down (or the registry
 	// started), in Unix ns.
 	downSince atomic.Int64
@@ -121,19 +175,24 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := lock.NewRegistryCopy(rdb, set.redisPrefix, set.redisSecret)
+	rc, err := lock.NewRegistryCopy(rdb, set.redisPrefix, set.redisSecret, relayLease)
 	if err != nil {
 		rdb.Close()
 		return nil, err
 	}
 	return &relay{
 		set: set, pb: pb, key: key, rdb: rdb, rc: rc,
+		warn:    ratelog.New(log.Warningf, 0),
+		info:    ratelog.New(log.Infof, 0),
 		updates: make(chan relayUpdate),
 		polls:   make(chan relayPoll, 1),
 		news:    make(chan int64, 1),
+		idents:  make(chan uint64, 1),
 		loaded:  make(chan struct{}),
 		done:    make(chan struct{}),
+		id:      configRegistryID(set),
 		st:      &lock.CopyState{},
+		hold:    relayHold,
 		logged:  map[string]error{},
 	}, nil
 }
@@ -170,9 +229,13 @@ func (r *relay) run(ctx context.Context) {
 		}
 	}()
 	r.ctx, r.started = ctx, time.Now()
+	r.retry = time.NewTimer(time.Hour)
+	r.retry.Stop()
+	defer r.retry.Stop()
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watch(wctx) })
+	wg.Go(func() { r.identify(wctx) })
 	defer func() {
 		stopWatch()
 		wg.Wait()
@@ -206,11 +269,12 @@ func (r *relay) run(ctx context.Context) {
 			r.polled(res.p, res.err)
 			t.Reset(r.nextTick())
 		case v := <-r.news:
-			// A version rejected is read again only after relayResync:
-			// whoever forged it may publish it again and again.
-			if r.role == roleReader && v != r.st.Version && (v != r.rejectV || time.Since(r.rejected) >= relayResync) {
-				r.catchUp()
-			}
+			r.heard(v)
+		case <-r.retry.C:
+			r.retrying = false
+			r.retried()
+		case sys := <-r.idents:
+			r.learned(sys)
 		case up := <-r.updates:
 			if r.follow != nil && up.gen == r.follow.gen {
 				r.fromRegistry(up.u)
@@ -235,6 +299,11 @@ func (r *relay) watch(ctx context.Context) {
 				default:
 				}
 			}
+		}, func(err error) {
+			// Counted and logged from here (both are safe to): nothing of
+			// such a message reaches run.
+			relayReads.WithLabelValues(r.zone(), "rejected").Inc()
+			r.warn.Logf("news", "Registry relay: %v: ignored", err)
 		})
 		if ctx.Err() == nil {
 			r.logOnce("watch", err, "Registry relay: %v", err)
@@ -278,71 +347,267 @@ func (r *relay) polled(p lock.CopyPoll, err error) {
 		r.becomeFollower(p.Now)
 		return
 	}
-	switch r.role {
-	case roleLocal:
-		r.rejoin(p)
+	h, herr := r.rc.PollHead(p)
+	if r.role == roleLocal {
+		r.rejoin(p, h, herr)
+		return
+	}
+	if r.role == "" {
+		r.setRole(roleReader)
+		log.Infof("Registry relay: reading the registry from Redis; instance %s follows PostgreSQL for the fleet", short(p.Holder))
+	}
+	switch {
+	case errors.Is(herr, lock.ErrNoCopy):
+		r.setRegistryUp(false)
+	case herr != nil:
+		r.sharedPrefix(p, herr)
+		r.refused("rejected", herr)
+	case !r.id.names(h.Registry):
+		r.foreign(h.Registry)
+	case p.Version != r.st.Version || r.st.Empty():
+		if !r.retrying {
+			r.catchUp(false)
+		}
 	default:
-		if r.role == "" {
-			r.setRole(roleReader)
-			log.Infof("Registry relay: reading the registry from Redis; instance %s follows PostgreSQL for the fleet", short(p.Holder))
+		r.trusted()
+		r.registryUp(h)
+	}
+	if since := time.Since(r.started); r.role == roleReader && !r.hasRows && (since > relayFirstCopy || r.unvouched && since > relayVouchWait) {
+		// No copy fit to serve, and nothing else: the registry itself.
+		r.goLocal(errors.New("no registry copy fit to serve"), p.Now)
+	}
+}
+
+// heard acts on news from the copy's channel: v published, or 0 when a
+// subscription began. A version that is not after the one applied, or is
+// ahead of Redis's clock, is not read for: the poll finds a copy that
+// went back, and whoever publishes garbage makes no reads.
+func (r *relay) heard(v int64) {
+	if r.role != roleReader {
+		return
+	}
+	if v > lock.MaxCopyVersion(r.redisClock()) {
+		relayReads.WithLabelValues(r.zone(), "rejected").Inc()
+		r.warn.Logf("news", "Registry relay: version %d published, ahead of Redis's clock: ignored", v)
+		return
+	}
+	if v != 0 && v <= r.st.Version {
+		return
+	}
+	if r.retrying || time.Now().Before(r.quiet) {
+		r.pending = true
+		r.retryIn(time.Until(r.quiet))
+		return
+	}
+	r.catchUp(false)
+}
+
+// retried reads the copy again: news held back, or a copy refused.
+func (r *relay) retried() {
+	pending := r.pending
+	r.pending = false
+	if r.role != roleReader || !pending && r.distrust.IsZero() {
+		return
+	}
+	if r.catchUp(false) || r.distrust.IsZero() {
+		return
+	}
+	r.distrusted()
+}
+
+// retryIn arms retry, unless it is armed.
+func (r *relay) retryIn(d time.Duration) {
+	if r.retrying {
+		return
+	}
+	r.retrying = true
+	r.retry.Reset(max(d, time.Millisecond))
+}
+
+// refused counts a copy refused (result: rejected or stale) and reads it
+// again soon, or follows PostgreSQL itself (distrusted).
+func (r *relay) refused(result string, err error) {
+	relayReads.WithLabelValues(r.zone(), result).Inc()
+	r.setRegistryUp(false)
+	r.quiet = time.Now().Add(relayRetry)
+	if r.distrust.IsZero() {
+		r.distrust = time.Now()
+	}
+	r.warn.Logf("refused "+result, "Registry relay: %v: not applied", err)
+	r.distrusted()
+}
+
+// distrusted is a reader that refuses the copy: it follows PostgreSQL
+// itself once it has refused it for relayDistrust, or at once when it
+// has nothing to serve; until then it reads the copy again every
+// relayRetry.
+func (r *relay) distrusted() {
+	if r.role != roleReader || r.distrust.IsZero() {
+		return
+	}
+	if r.hasRows && time.Since(r.distrust) < relayDistrust {
+		r.retryIn(relayRetry)
+		return
+	}
+	why := fmt.Errorf("the registry copy in Redis was refused for %v", time.Since(r.distrust).Round(time.Millisecond))
+	if !r.hasRows {
+		why = errors.New("the registry copy in Redis was refused, and nothing is served here yet")
+	}
+	r.leaveRedis(why)
+}
+
+// trusted: the copy read passed, and is the one applied here.
+func (r *relay) trusted() {
+	r.distrust = time.Time{}
+}
+
+// foreign: the copy names another registry than this instance's. Another
+// fleet shares the prefix: follow PostgreSQL here, never its registry.
+func (r *relay) foreign(name string) {
+	relayReads.WithLabelValues(r.zone(), "foreign").Inc()
+	r.setRegistryUp(false)
+	r.warn.Logf("foreign", "Registry relay: another fleet shares the Redis prefix %q: the registry copy there is of registry %q, this instance's is %q; give each fleet its own redis_prefix. Following PostgreSQL here meanwhile",
+		r.set.redisPrefix, clipName(name), r.id.String())
+	if r.role == roleReader {
+		r.leaveRedis(errors.New("the registry copy in Redis is another registry's"))
+	}
+}
+
+// sharedPrefix says, once a minute, that the copy a live follower writes
+// is not signed with this instance's secret: another fleet with another
+// secret shares the prefix, or the fleet's secrets differ.
+func (r *relay) sharedPrefix(p lock.CopyPoll, err error) {
+	if p.Holder == "" || !errors.Is(err, lock.ErrCopyWronglySigned) && !errors.Is(err, lock.ErrCopyUnsigned) {
+		return
+	}
+	name := "unknown"
+	if _, body, ok := strings.Cut(p.Head, " "); ok {
+		var h lock.CopyHead
+		if json.Unmarshal([]byte(body), &h) == nil && h.Registry != "" {
+			name = clipName(h.Registry)
 		}
-		if p.Version != r.st.Version || r.st.Empty() {
-			if p.Version != r.rejectV || time.Since(r.rejected) >= relayResync {
-				r.catchUp()
+	}
+	r.warn.Logf("fleet", "Registry relay: instance %s holds the registry lease under the Redis prefix %q, but the copy it writes (of registry %q) is not signed with this instance's redis_secret: another fleet shares the prefix, or the fleet's secrets differ. Following PostgreSQL here meanwhile",
+		short(p.Holder), r.set.redisPrefix, name)
+}
+
+// leaveRedis follows PostgreSQL here because the copy was refused, and
+// reads Redis again only after a hold, doubled while it keeps happening.
+func (r *relay) leaveRedis(why error) {
+	if !r.rejoinedAt.IsZero() && time.Since(r.rejoinedAt) < relayHoldMax {
+		r.hold = min(2*r.hold, relayHoldMax)
+	} else {
+		r.hold = relayHold
+	}
+	r.holdUntil = time.Now().Add(r.hold)
+	r.distrust, r.pending = time.Time{}, false
+	r.warn.Logf("leave", "Registry relay: %v: following PostgreSQL here for %v at least", why, r.hold)
+	r.goLocalQuiet(r.redisNow)
+}
+
+// clipName is a registry's name read from Redis, as a log line shows it.
+func clipName(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "..."
+	}
+	return s
+}
+
+// identify reads the registry's system identifier, until it has it or ctx
+// is done, backing off from a second to a minute while PostgreSQL does
+// not answer: until then an instance knows its registry by database and
+// zones only.
+func (r *relay) identify(ctx context.Context) {
+	backoff := time.Second
+	for {
+		sys, err := readSystemID(ctx, r.set.dsn)
+		if err == nil {
+			select {
+			case r.idents <- sys:
+			case <-ctx.Done():
 			}
-		} else {
-			r.observeHead(p.Head)
+			return
 		}
-		if !r.hasRows && time.Since(r.started) > relayFirstCopy {
-			// No copy fit to serve, and nothing else: the registry itself.
-			r.goLocal(errors.New("no registry copy to serve"), p.Now)
+		if ctx.Err() != nil {
+			return
 		}
+		r.info.Logf("identify", "Registry relay: cannot read the registry's system identifier yet (%s): a registry copy is checked by database and zones until then", errText(err, r.set.dsn))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// learned takes the registry's system identifier: a copy served since
+// that names another registry is refused now.
+func (r *relay) learned(sys uint64) {
+	if r.id.sys != 0 {
+		return
+	}
+	r.id.sys = sys
+	if r.role == roleReader && !r.st.Empty() && !r.id.names(r.st.Registry()) {
+		r.foreign(r.st.Registry())
 	}
 }
 
 // rejoin, in local mode with Redis answering again, reads the registry
-// from Redis again once the follower has vouched for the copy since Redis
-// came back: until then the copy may lack what this instance read itself.
-func (r *relay) rejoin(p lock.CopyPoll) {
+// from Redis again once the follower has vouched for a copy of this
+// registry since Redis came back (and any hold is over): until then the
+// copy may lack what this instance read itself. An instance that has
+// nothing to serve, whose registry session failed, serves the copy
+// meanwhile, vetted, even if nobody vouched for it lately: PostgreSQL
+// and the follower are gone, and it is the fleet's last registry.
+func (r *relay) rejoin(p lock.CopyPoll, h lock.CopyHead, herr error) {
 	if r.back.IsZero() {
 		r.back = p.Now
 	}
-	h, err := r.rc.DecodeHead(p.Head)
-	if err != nil || h.Alive < r.back.UnixMicro() {
+	ours := herr == nil && r.id.names(h.Registry)
+	if ours && !r.hasRows && r.follow != nil && r.follow.failed.Load() {
+		if r.catchUp(true) {
+			log.Warningf("Registry relay: PostgreSQL does not answer: serving the registry copy in Redis (version %d, vouched for at %s by Redis's clock) until it does",
+				r.st.Version, r.st.Alive().UTC().Format(time.RFC3339))
+		}
+		return
+	}
+	if !ours || h.Alive < r.back.UnixMicro() || time.Now().Before(r.holdUntil) {
 		return
 	}
 	// Read whole: the rows served here are PostgreSQL's, not a version.
 	applied := r.st
 	r.st = &lock.CopyState{}
-	if !r.catchUp() {
-		r.st = applied
+	if !r.catchUp(false) {
+		r.st, r.distrust = applied, time.Time{}
 		return
 	}
 	r.stopFollowing()
 	r.setRole(roleReader)
-	r.back = time.Time{}
-	log.Infof("Registry relay: Redis answers again: reading the registry from Redis (version %d); this instance no longer follows PostgreSQL", r.st.Version)
+	r.back, r.rejoinedAt = time.Time{}, time.Now()
+	r.info.Logf("rejoin", "Registry relay: Redis answers again: reading the registry from Redis (version %d); this instance no longer follows PostgreSQL", r.st.Version)
 }
 
 // renew renews the follower's lease and vouches for the copy while its
 // session is up and every change it read is written; gives the lease up
-// after relayGrace without a session; checks the copy every refresh.
+// after relayGrace without a session; checks the copy every refresh, and
+// at once when the renewal found it written by someone else.
 func (r *relay) renew() {
 	f := r.follow
 	var alive time.Time
 	if r.written && f.up.Load() {
 		alive = r.redisNow
 	}
-	now, ok, err := r.rc.Renew(r.ctx, r.st, alive, relayLease)
+	rn, err := r.rc.Renew(r.ctx, r.st, alive, relayLease)
 	switch {
 	case err != nil:
 		r.redisFailed(err)
 		return
-	case !ok:
+	case !rn.Held:
 		r.lostLease()
 		return
 	}
-	r.redisOK(now)
+	r.redisOK(rn.Now)
 	if !f.up.Load() && time.Since(time.Unix(0, f.downSince.Load())) > relayGrace {
 		log.Warningf("Registry relay: no registry session for %s: giving the registry lease up for another instance to try", relayGrace)
 		if err := r.rc.Release(r.ctx); err != nil {
@@ -354,20 +619,46 @@ func (r *relay) renew() {
 		r.setRole(roleReader)
 		return
 	}
-	if r.written && time.Since(r.checked) >= r.set.refresh {
-		r.checked = time.Now()
-		err := r.rc.Check(r.ctx, r.st)
-		var rej *lock.CopyRejected
-		switch {
-		case err == nil:
-		case errors.Is(err, lock.ErrNoCopy) || errors.Is(err, lock.ErrCopyDiffers) || errors.As(err, &rej):
-			log.Warningf("Registry relay: the copy in Redis is not the one written (%v): writing it whole again", err)
-			r.written = false
-			r.write(nil, nil, false)
-		default:
-			r.redisFailed(err)
-		}
+	if !r.written {
+		return
 	}
+	switch {
+	case !rn.Intact && !rn.HeadStored:
+		// Another version stored: no reader takes this follower's copy
+		// until it is written again.
+		r.warn.Logf("tamper", "Registry relay: the registry copy in Redis holds a version this follower did not write: writing it whole again")
+		r.rewrite()
+	case !rn.Intact && time.Since(r.checked) >= relayCheckEvery:
+		r.warn.Logf("tamper head", "Registry relay: the registry copy's head in Redis was written by someone else: stored again; checking the copy")
+		r.check()
+	case time.Since(r.checked) >= r.set.refresh:
+		r.check()
+	}
+}
+
+// check reads the copy whole and writes it again when it is not the one
+// written.
+func (r *relay) check() {
+	r.checked = time.Now()
+	err := r.rc.Check(r.ctx, r.st)
+	var rej *lock.CopyRejected
+	switch {
+	case err == nil:
+	case errors.Is(err, lock.ErrNoCopy) || errors.Is(err, lock.ErrCopyDiffers) || errors.As(err, &rej):
+		r.warn.Logf("check", "Registry relay: the copy in Redis is not the one written (%v): writing it whole again", err)
+		r.rewrite()
+	default:
+		r.redisFailed(err)
+	}
+}
+
+// rewrite writes the copy whole again, in a term of its own: readers
+// that took a forged copy for a newer one take this one.
+func (r *relay) rewrite() {
+	r.checked = time.Now()
+	r.term = max(r.term+1, r.redisClock().UnixMicro())
+	r.written = false
+	r.write(nil, nil, false)
 }
 
 // becomeFollower starts a term: a fresh registry session, whose first,
@@ -376,17 +667,18 @@ func (r *relay) becomeFollower(now time.Time) {
 	r.stopFollowing()
 	r.setRole(roleFollower)
 	r.term, r.written, r.back, r.checked = now.UnixMicro(), false, time.Time{}, time.Now()
+	r.distrust, r.pending = time.Time{}, false
 	log.Infof("Registry relay: took the registry lease: following PostgreSQL for the fleet; reloading in full before publishing")
 	r.startFollowing()
 }
 
 // lostLease: another instance holds the lease now; read from Redis.
 func (r *relay) lostLease() {
-	log.Infof("Registry relay: the registry lease is another instance's now: reading the registry from Redis")
+	r.info.Logf("lost", "Registry relay: the registry lease is another instance's now: reading the registry from Redis")
 	r.stopFollowing()
 	r.setRole(roleReader)
 	r.written = false
-	r.catchUp()
+	r.catchUp(false)
 }
 
 // goLocal follows PostgreSQL here until Redis answers again; now, when
@@ -396,6 +688,14 @@ func (r *relay) goLocal(err error, now time.Time) {
 		return
 	}
 	log.Warningf("Registry relay: %v: following PostgreSQL here until Redis serves a copy again", err)
+	r.goLocalQuiet(now)
+}
+
+// goLocalQuiet is goLocal, its line logged by the caller.
+func (r *relay) goLocalQuiet(now time.Time) {
+	if r.role == roleLocal {
+		return
+	}
 	if r.role == roleFollower && r.follow != nil {
 		// The session goes on; only the copy is behind from now on.
 		r.setRole(roleLocal)
@@ -407,8 +707,16 @@ func (r *relay) goLocal(err error, now time.Time) {
 }
 
 func (r *relay) redisOK(now time.Time) {
-	r.fails, r.redisNow = 0, now
+	r.fails, r.redisNow, r.redisAt = 0, now, time.Now()
 	r.logged["redis"] = nil
+}
+
+// redisClock is Redis's clock now, as read last and run on by this host's.
+func (r *relay) redisClock() time.Time {
+	if r.redisNow.IsZero() {
+		return time.Now()
+	}
+	return r.redisNow.Add(time.Since(r.redisAt))
 }
 
 // redisFailed counts a Redis call that failed, and follows PostgreSQL here
@@ -445,18 +753,34 @@ func (r *relay) fromRegistry(u rowsUpdate) {
 
 // write writes the follower's rows to the copy: the clusters changed and,
 // with aliases, the aliases; everything at a term's first write. Then it
-// applies u, when given, with the version written.
+// applies u, when given, with the version written. The copy names this
+// instance's registry, whose system identifier is read first if it is
+// not known yet: a follower that cannot name its registry writes nothing.
 func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
+	if r.id.sys == 0 {
+		sys, err := readSystemID(r.ctx, r.set.dsn)
+		if err != nil {
+			r.cannotWrite(fmt.Errorf("cannot read the registry's system identifier (%s)", errText(err, r.set.dsn)), u)
+			return
+		}
+		r.id.sys = sys
+	}
 	full := !r.written
 	fields := copyFields(&r.rows, changed, aliases)
 	if full {
 		fields = allFields(&r.rows)
 	}
-	w := lock.CopyWrite{Fields: fields, Full: full, Version: r.nextVersion(r.st.Version), Term: r.term}
+	w := lock.CopyWrite{Fields: fields, Full: full, Version: r.nextVersion(r.st.Version), Term: r.term, Registry: r.id.String()}
 	if u != nil {
 		w.Seen = u.readAt
 	}
-	if r.written && r.follow != nil && r.follow.up.Load() {
+	switch {
+	case u != nil && !u.readAt.IsZero() && (r.written || full):
+		// Rows read from a session up, with every change read before
+		// written: the copy is as fresh as the registry when the read
+		// began.
+		w.Alive = r.redisClockAt(u.readAt)
+	case r.written && r.follow != nil && r.follow.up.Load():
 		w.Alive = r.redisNow
 	}
 	for try := 0; ; try++ {
@@ -472,8 +796,12 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 			relayWrites.WithLabelValues(r.zone(), "fenced").Inc()
 			r.lostLease()
 			return
+		case res.Result == lock.CopyAhead:
+			r.cannotWrite(fmt.Errorf("version %d is ahead of Redis's clock (at most %d): more versions than seconds were written", w.Version, res.Stored), u)
+			return
 		case res.Result == lock.CopyDiverged && try == 0:
-			// Someone else wrote the copy: write it whole, above theirs.
+			// Someone else wrote the copy: write it whole, above theirs
+			// (a version that is none counts as 0).
 			w.Full, w.Fields, w.Version = true, allFields(&r.rows), r.nextVersion(max(res.Stored, r.st.Version))
 			continue
 		case res.Result == lock.CopyDiverged:
@@ -497,10 +825,33 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 	}
 }
 
-// nextVersion is the version after v: at least the Unix time, as serials
-// were before the relay, and above the serial served here.
+// cannotWrite: the follower cannot write the copy. It follows PostgreSQL
+// here (u, when given, applied) and leaves the lease to others for a
+// while.
+func (r *relay) cannotWrite(why error, u *rowsUpdate) {
+	if u != nil {
+		r.apply(*u, u.loadedAt)
+	}
+	if err := r.rc.Release(r.ctx); err != nil {
+		r.redisFailed(err)
+		return
+	}
+	r.leaveBy = time.Now().Add(2 * relayLease)
+	r.goLocal(fmt.Errorf("the follower cannot write the registry copy: %w", why), r.redisNow)
+}
+
+// redisClockAt is Redis's clock at t, a moment on this host's clock.
+func (r *relay) redisClockAt(t time.Time) time.Time {
+	if r.redisNow.IsZero() {
+		return time.Time{}
+	}
+	return r.redisNow.Add(t.Sub(r.redisAt))
+}
+
+// nextVersion is the version after v: at least Redis's Unix time, as
+// serials were before the relay, and above the serial served here.
 func (r *relay) nextVersion(v int64) int64 {
-	n := max(v+1, time.Now().Unix())
+	n := max(v+1, r.redisClock().Unix())
 	if s := r.pb.p.snap.Load(); s != nil {
 		n = max(n, int64(s.serial)+1)
 	}
@@ -508,40 +859,53 @@ func (r *relay) nextVersion(v int64) int64 {
 }
 
 // catchUp reads what changed in the copy since the version applied and
-// applies it. It reports whether the copy applied here is now Redis's.
-func (r *relay) catchUp() bool {
+// applies it. It reports whether the copy applied here is now Redis's. A
+// copy refused is counted and, for a reader, read again soon (refused);
+// with nothing applied from the copy yet, one the follower has not
+// vouched for within a lease is not taken either (it may be an old one
+// replayed), unless stale (the fallback of an instance with nothing else).
+func (r *relay) catchUp(stale bool) bool {
 	rd, err := r.rc.Read(r.ctx, r.st)
 	var rej *lock.CopyRejected
 	switch {
 	case err == nil:
 	case errors.Is(err, lock.ErrNoCopy):
-		r.logOnce("copy", err, "Registry relay: %v yet: waiting for the follower's first write", err)
+		r.quiet = time.Now().Add(relayRetry)
+		r.info.Logf("no copy", "Registry relay: %v yet: waiting for the follower's first write", err)
 		return false
 	case errors.Is(err, lock.ErrCopyStale):
-		relayReads.WithLabelValues(r.zone(), "stale").Inc()
+		r.refused("stale", err)
 		return false
 	case errors.As(err, &rej):
-		relayReads.WithLabelValues(r.zone(), "rejected").Inc()
-		r.rejected, r.rejectV = time.Now(), rej.Version
-		r.logOnce("copy", err, "Registry relay: %v: keeping the zone served", err)
+		r.refused("rejected", err)
 		return false
 	default:
 		r.redisFailed(err)
 		return false
 	}
-	r.observeHead("")
+	r.redisOK(rd.Now)
+	if !r.id.names(rd.Head.Registry) {
+		r.foreign(rd.Head.Registry)
+		return false
+	}
+	if r.st.Empty() && !stale && !vouched(rd.Head, rd.Now) {
+		relayReads.WithLabelValues(r.zone(), "stale").Inc()
+		r.quiet, r.unvouched = time.Now().Add(relayRetry), true
+		r.info.Logf("unvouched", "Registry relay: the registry copy in Redis (version %d) was not vouched for by its follower within %v: not served, waiting for the follower's next renewal",
+			rd.Head.Version, relayLease)
+		return false
+	}
+	r.trusted()
 	r.registryUp(rd.Head)
 	if rd.Fields == nil && !rd.Full {
+		r.quiet = time.Now().Add(relayRetry)
 		return true
 	}
 	u, err := updateFromCopy(rd.Fields, rd.Full)
 	if err != nil {
-		relayReads.WithLabelValues(r.zone(), "rejected").Inc()
-		r.rejected, r.rejectV = time.Now(), rd.Head.Version
-		r.logOnce("copy", err, "Registry relay: registry copy version %d cannot be read (%v): keeping the zone served", rd.Head.Version, err)
+		r.refused("rejected", fmt.Errorf("registry copy version %d cannot be read: %w", rd.Head.Version, err))
 		return false
 	}
-	r.logged["copy"] = nil
 	now := time.Now()
 	u.loadedAt, u.version = now, rd.Head.Version
 	r.st = rd.State
@@ -551,10 +915,16 @@ func (r *relay) catchUp() bool {
 		result = "full"
 	}
 	relayReads.WithLabelValues(r.zone(), result).Inc()
-	if rd.Head.Seen > 0 {
-		relayLag.WithLabelValues(r.zone()).Observe(max(time.Since(time.UnixMicro(rd.Head.Seen)), 0).Seconds())
+	if seen := time.UnixMicro(rd.Head.Seen); rd.Head.Seen > 0 && time.Since(seen) < time.Hour {
+		relayLag.WithLabelValues(r.zone()).Observe(max(time.Since(seen), 0).Seconds())
 	}
 	return true
+}
+
+// vouched reports whether the follower vouched for h within a lease of
+// now, Redis's clock.
+func vouched(h lock.CopyHead, now time.Time) bool {
+	return h.Alive > 0 && now.Sub(time.UnixMicro(h.Alive)) <= relayLease
 }
 
 // apply merges u into the rows served here and publishes them.
@@ -573,28 +943,23 @@ func (r *relay) apply(u rowsUpdate, at time.Time) {
 	}
 }
 
-// observeHead sets a reader's registry_up from a head as polled ("": the
-// last read's, already set).
-func (r *relay) observeHead(raw string) {
-	if raw == "" {
-		return
-	}
-	if h, err := r.rc.DecodeHead(raw); err == nil {
-		r.registryUp(h)
-	}
+// registryUp is, for a reader, whether the follower vouched within a
+// lease for the copy applied here: its answers follow the registry.
+func (r *relay) registryUp(h lock.CopyHead) {
+	r.setRegistryUp(vouched(h, r.redisNow) && h.Version == r.st.Version)
 }
 
-// registryUp is, for a reader, whether the follower vouched for the copy
-// within a lease: its answers follow the registry.
-func (r *relay) registryUp(h lock.CopyHead) {
+// setRegistryUp sets a reader's registry_up (a follower's and a local
+// instance's is their session's).
+func (r *relay) setRegistryUp(up bool) {
 	if r.role != roleReader {
 		return
 	}
-	up := 0.0
-	if h.Alive > 0 && r.redisNow.Sub(time.UnixMicro(h.Alive)) <= relayLease {
-		up = 1
+	v := 0.0
+	if up {
+		v = 1
 	}
-	registryUp.WithLabelValues(r.zone()).Set(up)
+	registryUp.WithLabelValues(r.zone()).Set(v)
 }
 
 // startFollowing starts a registry session here, fresh: its first load is
@@ -615,6 +980,9 @@ func (r *relay) startFollowing() {
 	reg.onSession = func(up bool) {
 		if !up && f.up.Load() {
 			f.downSince.Store(time.Now().UnixNano())
+		}
+		if !up {
+			f.failed.Store(true)
 		}
 		f.up.Store(up)
 	}

@@ -36,7 +36,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",
 		Name:      "relay_reads_total",
-		Help:      "Counter of reads of the registry copy that brought something, by result: delta (the fields changed), full (the whole copy), stale (older than the one applied), rejected (not what a follower wrote: unsigned, wrongly signed or changed since).",
+		Help:      "Counter of reads of the registry copy that brought something, by result: delta (the fields changed), full (the whole copy), stale (older than the one applied, or, with none applied yet, not vouched for by the follower within a lease), rejected (not what a follower wrote: unsigned, wrongly signed, changed since, larger than any, or ahead of Redis's clock; and messages on the copy's channel that are no version), foreign (a copy of another registry: another fleet shares the prefix).",
 	}, []string{"zone", "result"})
 
 	relayWrites = promauto.NewCounterVec(prometheus.CounterOpts{

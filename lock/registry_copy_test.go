@@ -46,11 +46,11 @@ func newCopies(t *testing.T, secret string) (*redistest.Server, *RegistryCopy, *
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
-	a, err := NewRegistryCopy(rdb, "p:", []byte(secret))
+	a, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewRegistryCopy(rdb, "p:", []byte(secret))
+	b, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestRegistryCopyForged(t *testing.T) {
 	}
 	// An unsigned head.
 	rdb.HSet(ctx, copyKey("p:"), "head", `{"term":1,"v":101,"digest":"`+fmt.Sprintf("%064d", 0)+`","n":2}`)
-	if _, err := b.Read(ctx, &CopyState{}); !errors.As(err, &rej) || !errors.Is(err, errCopyUnsigned) {
+	if _, err := b.Read(ctx, &CopyState{}); !errors.As(err, &rej) || !errors.Is(err, ErrCopyUnsigned) {
 		t.Fatalf("read with an unsigned head: %v", err)
 	}
 
@@ -237,9 +237,9 @@ func TestRegistryCopyRenew(t *testing.T) {
 	ctx := context.Background()
 	rs, a, b := newCopies(t, "0123456789abcdef0123")
 	w := take(t, a, fields("a", "1"), 7)
-	now, ok, err := a.Renew(ctx, w, time.UnixMicro(12345), copyTTL)
-	if err != nil || !ok || now.IsZero() {
-		t.Fatalf("renew: %v %v %v", now, ok, err)
+	rn, err := a.Renew(ctx, w, time.UnixMicro(12345), copyTTL)
+	if err != nil || !rn.Held || !rn.Intact || rn.Now.IsZero() {
+		t.Fatalf("renew: %+v %v", rn, err)
 	}
 	p, err := b.Poll(ctx, true, copyTTL)
 	if err != nil || p.Taken || p.Holder != a.Token() || p.Version != 7 || p.Left <= 0 || p.Left > copyTTL {
@@ -253,8 +253,8 @@ func TestRegistryCopyRenew(t *testing.T) {
 		t.Fatalf("read after renew: %+v %v", r, err)
 	}
 	rs.Client(t).Del(ctx, leaseKey("p:", registryLease))
-	if _, ok, err := a.Renew(ctx, w, time.Time{}, copyTTL); err != nil || ok {
-		t.Fatalf("renew of a lease gone: %v %v", ok, err)
+	if rn, err := a.Renew(ctx, w, time.Time{}, copyTTL); err != nil || rn.Held {
+		t.Fatalf("renew of a lease gone: %+v %v", rn, err)
 	}
 }
 
@@ -271,7 +271,7 @@ func TestRegistryCopyWatch(t *testing.T) {
 			mu.Lock()
 			got = append(got, v)
 			mu.Unlock()
-		})
+		}, func(err error) { t.Errorf("a genuine version refused: %v", err) })
 	}()
 	heard := func(v int64) bool {
 		mu.Lock()
@@ -296,7 +296,7 @@ func TestRegistryCopyWatch(t *testing.T) {
 // hex in upper case, or any byte of it changed, is refused, and so is an
 // unsigned head or one signed with another secret.
 func TestRegistryCopyHeadSpelling(t *testing.T) {
-	c := &RegistryCopy{secret: []byte("0123456789abcdef0123")}
+	c := &RegistryCopy{secret: []byte("0123456789abcdef0123"), lease: copyTTL}
 	h := CopyHead{Term: 1, Version: 7, Prev: 6, Digest: strings.Repeat("ab", 32), Fields: 3}
 	raw := c.encodeHead(h)
 	if got, err := c.DecodeHead(raw); err != nil || got != h {
