@@ -653,10 +653,17 @@ func (r *relay) check() {
 }
 
 // rewrite writes the copy whole again, in a term of its own: readers
-// that took a forged copy for a newer one take this one.
+// that took a forged copy for a newer one take this one. The term is
+// Redis's clock, or just after the last one when that is later (by less
+// than half a lease: a clock that jumped back further would make every
+// later term look ahead of it).
 func (r *relay) rewrite() {
 	r.checked = time.Now()
-	r.term = max(r.term+1, r.redisClock().UnixMicro())
+	now := r.redisClock().UnixMicro()
+	if r.term >= now && r.term < now+relayLease.Microseconds()/2 {
+		now = r.term + 1
+	}
+	r.term = now
 	r.written = false
 	r.write(nil, nil, false)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
+	"github.com/pgcluster/pgcluster/lock"
 )
 
 // What someone who can write to the fleet's Redis, but has not its
@@ -513,5 +514,95 @@ func TestRelayAttackTwoFleets(t *testing.T) {
 	}
 	if n := linesOfKind(logs.String(), "another fleet shares the Redis prefix"); n > 3 {
 		t.Errorf("%d lines about the shared prefix from 3 instances, want at most one each a minute", n)
+	}
+}
+
+// registryUpNow is registry_up of the tests' zone.
+func registryUpNow() float64 {
+	var m dto.Metric
+	if err := registryUp.WithLabelValues(testZone).Write(&m); err != nil {
+		return -1
+	}
+	return m.GetGauge().GetValue()
+}
+
+// registry_up says whether the answers follow the registry: 1 for a
+// reader whose follower vouches for the copy it applied; 0 once the copy
+// is refused (here its version set ahead of Redis's clock) while
+// PostgreSQL is gone too, so that nothing fresh is served, however long
+// that lasts; the last snapshot is still answered, never SERVFAIL. The
+// test is the follower, through the lock API, and does not repair the
+// copy.
+func TestRelayRegistryUpWhenRefused(t *testing.T) {
+	g := newRelayRig(t)
+	ctx := context.Background()
+	set := g.settings(g.pg.DSN(""), relayAttackSecret)
+	id := configRegistryID(set)
+	sys, err := readSystemID(ctx, set.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.sys = sys
+	rdb := g.rs.Client(t)
+	fc, err := lock.NewRegistryCopy(rdb, g.prefix, []byte(relayAttackSecret), relayLease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fc.Poll(ctx, true, relayLease)
+	if err != nil || !p.Taken {
+		t.Fatalf("the test's follower takes the lease: %+v %v", p, err)
+	}
+	rows := &rowSet{}
+	var ns []Node
+	for i, a := range attackNodes {
+		ns = append(ns, node("local", fmt.Sprintf("pg%d", i+1), a, "standby"))
+	}
+	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{"local": ns}, aliasesSet: true}, time.Now())
+	res, err := fc.Write(ctx, &lock.CopyState{}, lock.CopyWrite{Fields: allFields(rows), Full: true, Version: p.Now.Unix(),
+		Term: p.Now.UnixMicro(), Alive: p.Now, Registry: id.String()}, relayLease)
+	if err != nil || res.Result != lock.CopyWritten {
+		t.Fatalf("the test's follower writes the copy: %+v %v", res, err)
+	}
+	st := res.State
+	stop := repeat(t, relayTick, func(int) {
+		rn, err := fc.Renew(ctx, st, time.Now(), relayLease)
+		if err != nil || !rn.Held {
+			t.Errorf("the test's follower renews: %+v %v", rn, err)
+		}
+	})
+	defer stop()
+
+	r := g.start("the reader", set)
+	g.add(r)
+	g.wait(10*time.Second, "the reader answers the copy, registry_up 1", func() error {
+		if err := answersExactly([]*relayInstance{r}, attackNodes); err != nil {
+			return err
+		}
+		if up := registryUpNow(); up != 1 {
+			return fmt.Errorf("registry_up %v", up)
+		}
+		return nil
+	})
+	if err := g.pg.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rdb.HSet(ctx, g.prefix+"{registry}:copy", "v", "99999999999")
+	g.wait(relayAttackBound+relayAttackMargin, "registry_up 0", func() error {
+		if up := registryUpNow(); up != 0 {
+			return fmt.Errorf("registry_up %v", up)
+		}
+		return nil
+	})
+	t.Logf("copy refused, PostgreSQL stopped: registry_up 0 after %v", time.Since(start).Round(time.Millisecond))
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if up := registryUpNow(); up != 0 {
+			t.Fatalf("registry_up %v %v after the copy was refused, with PostgreSQL stopped", up, time.Since(start).Round(time.Millisecond))
+		}
+		if err := answersExactly([]*relayInstance{r}, attackNodes); err != nil {
+			t.Fatalf("the last snapshot: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
