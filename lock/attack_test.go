@@ -252,7 +252,7 @@ func TestAttackFarFutureVersion(t *testing.T) {
 			if f.rejected() == 0 {
 				t.Error("no status counted as rejected")
 			}
-			f.quietLogs(t, "version not the signed one", "unsigned", "ahead of Redis's clock")
+			f.quietLogs(t, "version not the signed one", "replayed under another version", "unsigned", "ahead of Redis's clock")
 		})
 	}
 }

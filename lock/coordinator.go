@@ -162,8 +162,8 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	// or replayed status, whatever its version, cannot make the real
 	// ones stale.
 	sub.Accept = func(key string, v int64, b []byte) bool {
-		if _, err := c.vet(key, v, b); err != nil {
-			c.rejected(key, err)
+		if st, err := c.vet(key, v, b); err != nil {
+			c.refused(key, st, err)
 			return false
 		}
 		return c.wanted(key)
@@ -183,6 +183,25 @@ func (c *Coordinator) vet(key string, v int64, b []byte) (status, error) {
 func (c *Coordinator) rejected(key string, err error) {
 	c.observe(func(o Observer) { o.Message("rejected") })
 	c.rlog.Logf("status "+refusalKind(err), "status of %s dropped: %v", quoteRedis(key), err)
+}
+
+// refused counts a status vetting refused (st, as far as it was read): as
+// stale when it is a status of key come back with another version than
+// its own (its signature holds, not its version) and its own version is
+// not above the one applied, an older status replayed; as rejected
+// otherwise.
+func (c *Coordinator) refused(key string, st status, err error) {
+	if refusalKind(err) == refusedVersion {
+		c.mu.Lock()
+		r, had := c.known(key)
+		c.mu.Unlock()
+		if had && st.V <= r.version {
+			c.observe(func(o Observer) { o.Message("stale") })
+			c.rlog.Logf("status replayed", "status of %s dropped: an older status, version %d, replayed under another version", quoteRedis(key), st.V)
+			return
+		}
+	}
+	c.rejected(key, err)
 }
 
 // wanted reports whether a status of key can count here: key is a
@@ -405,7 +424,7 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	st, err := c.vet(key, v, b)
 	if err != nil {
-		c.rejected(key, err)
+		c.refused(key, st, err)
 		return
 	}
 	if !c.wanted(key) {

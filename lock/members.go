@@ -76,9 +76,10 @@ var heartbeatScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local kind = redis.call('TYPE', KEYS[1]).ok
-if kind ~= 'zset' and kind ~= 'none' then redis.call('DEL', KEYS[1]) end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+if type(redis.pcall('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])) == 'table' then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + tonumber(ARGV[3])), '+inf')
 return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)}

@@ -51,13 +51,12 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local limit = now + tonumber(ARGV[9])
-local old = nil
-local kind = redis.call('TYPE', KEYS[2]).ok
-if kind == 'hash' then
-  old = tonumber(redis.call('HGET', KEYS[2], 'v') or '')
-elseif kind ~= 'none' then
+local old = redis.pcall('HGET', KEYS[2], 'v')
+if type(old) == 'table' then
   redis.call('DEL', KEYS[2])
+  old = nil
 end
+old = tonumber(old or '')
 if old ~= nil and not (old >= 0 and old < limit) then old = nil end
 local next = now
 if old ~= nil and old + 1 > next then next = old + 1 end

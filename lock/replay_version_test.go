@@ -12,9 +12,10 @@ import (
 
 // The version of a status is signed with it: the holder's current status,
 // signed and valid, republished by someone without the secret with a
-// version far above any real one, is rejected and does not hold back the
-// holder's next statuses (which carry the real, lower versions): the
-// receiver still follows the backend going down.
+// version far above any real one, is stale (its own version is the one
+// applied) and does not hold back the holder's next statuses (which carry
+// the real, lower versions): the receiver still follows the backend going
+// down.
 func TestCoordinatorReplayedVersion(t *testing.T) {
 	srv := redistest.Start(t)
 	secret := []byte("0123456789abcdef-fleet")
@@ -41,12 +42,12 @@ func TestCoordinatorReplayedVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := obs[rx].count("rejected")
+	before := obs[rx].count("stale")
 	huge := time.Now().UnixMicro() * 4
 	if err := raw.Publish(ctx, channel("fleet:"), fmt.Sprintf("%d %d %s%s", huge, len("c/a"), "c/a", stored)).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the replay rejected", func() bool { return obs[rx].count("rejected") > before })
+	eventually(t, 5*time.Second, "the replay counted stale", func() bool { return obs[rx].count("stale") > before })
 	b.ln.Close()
 	eventually(t, 5*time.Second, "the receiver applies the holder's down verdict after the replay", func() bool { return ins[rx].state("c/a") == health.Down })
 }

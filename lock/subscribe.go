@@ -81,8 +81,12 @@ func (s *Subscriber) Resync() {
 
 // echoEvery is how often a subscription checks that it still hears what
 // is published: it publishes a marker on a channel of its own and expects
-// it back before the next one.
-const echoEvery = 500 * time.Millisecond
+// it back; deafChecks checks in a row with the marker out and nothing
+// heard mean the subscription is deaf.
+const (
+	echoEvery  = 500 * time.Millisecond
+	deafChecks = 2
+)
 
 // Subscribe applies statuses until ctx is done, then returns ctx's error.
 // apply is called from this goroutine only, once per newer version of a
@@ -95,8 +99,10 @@ const echoEvery = 500 * time.Millisecond
 // go-redis leaves Pub/Sub connections on the old master, where nothing is
 // published any more. So every echoEvery the subscriber publishes a marker
 // to itself through the ordinary client (which follows the master); a
-// marker that did not come back by the next one means subscribing again,
-// which resynchronises.
+// marker out for deafChecks checks while nothing at all was heard or
+// waits to be read means subscribing again, which resynchronises. (A
+// subscription that hears messages is behind, not deaf: a flood of them
+// must not make it drop its backlog.)
 func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, version int64, status []byte)) error {
 	echo, err := echoChannel(s.prefix)
 	if err != nil {
@@ -125,6 +131,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 	)
 	pending := false // a marker is out and has not come back
 	heard := false   // a message came since the last check
+	silent := 0      // checks in a row with a marker out, nothing heard and nothing waiting
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,14 +141,21 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		case <-s.now:
 			s.resyncAll(ctx, apply)
 		case <-check:
+			if pending && !heard && len(msgs) == 0 {
+				silent++
+			} else {
+				silent = 0
+			}
 			switch {
-			case pending && !heard:
+			case silent >= deafChecks:
 				s.fail(fmt.Errorf("lock: the subscription to %q no longer hears what is published (the master changed?): subscribing again", channel(s.prefix)))
 				return nil
 			case pending:
-				// Behind, not deaf: a flood of messages (anyone can
-				// publish) holds the marker back. Subscribing again
-				// would drop the backlog and read every status again.
+				// Behind, not deaf (yet): messages came or wait to be
+				// read (a flood, which anyone can publish, a large
+				// message, a slow resync) ahead of the marker.
+				// Subscribing again would drop the backlog and read
+				// every status again.
 				heard = false
 				continue
 			}
@@ -311,13 +325,26 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 	return all, nil
 }
 
-// readStatuses reads the status keys names in two round trips: the size of
-// each status first, then those within MaxStatusBytes, version and status
-// together (one HMGET: a write between the two reads changes both).
+// readScript reads a status key's version and status, the status only
+// when it is at most ARGV[1] bytes: {v, s}, or {v, false, its size} when
+// it is larger (so that anyone's huge status costs Redis's memory, not
+// the reader's), or {false, false, -1} for a key that is not a hash. Only
+// HMGET, which the fleet's ACL user has anyway.
+var readScript = redis.NewScript(`
+local r = redis.pcall('HMGET', KEYS[1], 'v', 's')
+if r.err then return {false, false, -1} end
+if r[2] and string.len(r[2]) > tonumber(ARGV[1]) then
+  return {r[1], false, string.len(r[2])}
+end
+return {r[1], r[2]}
+`)
+
+// readStatuses reads the status keys names in one round trip, each with
+// readScript: version and status together, a status over MaxStatusBytes
+// not at all.
 func readStatuses(ctx context.Context, c redis.UniversalClient, prefix string, names []string) ([]Stored, error) {
-	var out []Stored
 	var keys []string
-	sizes := make([]*redis.IntCmd, 0, len(names))
+	var cmds []*redis.Cmd
 	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, n := range names {
 			key, ok := keyOfStatus(prefix, n)
@@ -325,59 +352,39 @@ func readStatuses(ctx context.Context, c redis.UniversalClient, prefix string, n
 				continue
 			}
 			keys = append(keys, key)
-			sizes = append(sizes, p.HStrLen(ctx, n, "s"))
+			cmds = append(cmds, readScript.Eval(ctx, p, []string{n}, MaxStatusBytes))
 		}
 		return nil
 	})
 	if err != nil && !replyError(err) {
 		return nil, err
 	}
-	var small []string
-	for i, cmd := range sizes {
-		switch n, err := cmd.Result(); {
-		case err != nil && !replyError(err):
-			return nil, err
-		case err != nil:
-			out = append(out, Stored{Key: keys[i], Err: refuse(refusedMalformed, "the key is not a hash")})
-		case n > MaxStatusBytes:
-			out = append(out, Stored{Key: keys[i], Err: refuse(refusedLarge, "%d bytes, over %d", n, MaxStatusBytes)})
-		case n > 0:
-			small = append(small, keys[i])
-		}
-	}
-	if len(small) == 0 {
-		return out, nil
-	}
-	vals := make([]*redis.SliceCmd, len(small))
-	_, err = c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range small {
-			vals[i] = p.HMGet(ctx, statusKey(prefix, k), "v", "s")
-		}
-		return nil
-	})
-	if err != nil && !replyError(err) {
-		return out, err
-	}
-	for i, cmd := range vals {
-		vs, err := cmd.Result()
+	var out []Stored
+	for i, cmd := range cmds {
+		res, err := cmd.Slice()
 		if err != nil && !replyError(err) {
 			return out, err
 		}
-		if err != nil || len(vs) != 2 {
-			continue // replaced by another type meanwhile
+		if err != nil || len(res) < 2 {
+			continue
 		}
-		v, ok1 := vs[0].(string)
-		st, ok2 := vs[1].(string)
-		if !ok1 || !ok2 {
-			continue // deleted meanwhile
+		v, ok1 := res[0].(string)
+		st, ok2 := res[1].(string)
+		var size int64
+		if len(res) == 3 {
+			size, _ = res[2].(int64)
 		}
 		switch version, err := strconv.ParseInt(v, 10, 64); {
-		case len(st) > MaxStatusBytes:
-			out = append(out, Stored{Key: small[i], Err: refuse(refusedLarge, "%d bytes, over %d", len(st), MaxStatusBytes)})
+		case size < 0:
+			out = append(out, Stored{Key: keys[i], Err: refuse(refusedMalformed, "the key is not a hash")})
+		case size > 0 || len(st) > MaxStatusBytes:
+			out = append(out, Stored{Key: keys[i], Err: refuse(refusedLarge, "%d bytes, over %d", max(size, int64(len(st))), MaxStatusBytes)})
+		case !ok1 || !ok2:
+			// Deleted meanwhile, or half written by someone else.
 		case err != nil || version < 1:
-			out = append(out, Stored{Key: small[i], Err: refuse(refusedMalformed, "version %s", quoteRedis(v))})
+			out = append(out, Stored{Key: keys[i], Err: refuse(refusedMalformed, "version %s", quoteRedis(v))})
 		default:
-			out = append(out, Stored{Key: small[i], Version: version, Status: []byte(st)})
+			out = append(out, Stored{Key: keys[i], Version: version, Status: []byte(st)})
 		}
 	}
 	return out, nil
