@@ -466,8 +466,13 @@ func (r *relay) trusted() {
 func (r *relay) foreign(name string) {
 	relayReads.WithLabelValues(r.zone(), "foreign").Inc()
 	r.setRegistryUp(false)
-	r.warn.Logf("foreign", "Registry relay: another fleet shares the Redis prefix %q: the registry copy there is of registry %q, this instance's is %q; give each fleet its own redis_prefix. Following PostgreSQL here meanwhile",
-		r.set.redisPrefix, clipName(name), r.id.String())
+	if name == "" {
+		r.warn.Logf("foreign", "Registry relay: the registry copy under the Redis prefix %q names no registry (its follower runs an older pgcluster, or another fleet shares the prefix): following PostgreSQL here meanwhile",
+			r.set.redisPrefix)
+	} else {
+		r.warn.Logf("foreign", "Registry relay: another fleet shares the Redis prefix %q: the registry copy there is of registry %q, this instance's is %q; give each fleet its own redis_prefix. Following PostgreSQL here meanwhile",
+			r.set.redisPrefix, clipName(name), r.id.String())
+	}
 	if r.role == roleReader {
 		r.leaveRedis(errors.New("the registry copy in Redis is another registry's"))
 	}

@@ -65,7 +65,7 @@ var readSinceScript = redis.NewScript(`
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
 local vlen = redis.call('HSTRLEN', KEYS[1], 'v')
-if vlen == 0 and redis.call('HEXISTS', KEYS[1], 'v') == 0 then return {'none', now} end
+if vlen == 0 and not redis.call('HGET', KEYS[1], 'v') then return {'none', now} end
 if vlen > ` + strconv.Itoa(copyMaxVersionText) + ` then return {'bad', now, '', 'a version of ' .. vlen .. ' bytes'} end
 local v = redis.call('HGET', KEYS[1], 'v')
 local hlen = redis.call('HSTRLEN', KEYS[1], 'head')
