@@ -27,6 +27,9 @@ func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, pe
 		done = append(done, fmt.Sprintf("%s ×%d", name, steps[name]))
 	}
 	p("faults: %s; backend flaps ×%d", strings.Join(done, ", "), flaps)
+	if r.attacker != nil {
+		p("Redis attacker: %s", r.attacker.summary())
+	}
 
 	dnsTotal, dnsLost, dnsServfail, dnsOther := 0, 0, 0, 0
 	for i, d := range perf {

@@ -71,7 +71,9 @@ const (
 // both, with target_session_attrs=read-write: the primary is stopped at
 // once, the standby promoted, a new standby made in the old primary's
 // place), SIGKILLs an instance and starts it again, and reloads another's
-// changed Corefile (SIGUSR1). A checker asks every instance for local.,
+// changed Corefile (SIGUSR1), while a Redis attacker (chaosAttacker; off
+// with CHAOS_ATTACKER=0) writes there at random what someone without the
+// secret might. A checker asks every instance for local.,
 // primary.pgc. and standby.pgc. about 33 times a second each. It fails on
 // any SERVFAIL, any wrong answer (an address whose backend had been down
 // longer than chaosBudget, a backend up that long left out, a primary. or
@@ -95,6 +97,10 @@ func TestChaos(t *testing.T) {
 	}
 	perf := []*dnsperfRun{startDnsperf(t, bin, r.ins[0].Addr()), startDnsperf(t, bin, r.ins[1].Addr())}
 	stopFlaps := r.flap()
+	stopAttack := func() {}
+	if chaosAttackerOn() {
+		stopAttack = r.attack()
+	}
 
 	steps := []struct {
 		name string
@@ -123,6 +129,7 @@ func TestChaos(t *testing.T) {
 	}
 
 	flaps := stopFlaps()
+	stopAttack()
 	for _, stop := range r.stops {
 		stop()
 	}
@@ -160,7 +167,8 @@ type chaosRun struct {
 	stops    []func()    // the checker's, by slot
 	next     int         // the next incarnation's number
 	checker  *chaosChecker
-	ttl      int // the reload slot's ttl now
+	ttl      int            // the reload slot's ttl now
+	attacker *chaosAttacker // nil with CHAOS_ATTACKER=0
 
 	// windows are the faults the report looks at: when each began and
 	// ended, and how long the fleet took to notice it.
