@@ -100,6 +100,7 @@ type Coordinator struct {
 	mu         sync.Mutex
 	mode       string
 	targets    map[string]netip.AddrPort
+	targetsSet bool // SetTargets was called (the registry's nodes are known, maybe none)
 	held       map[string]bool
 	remote     map[string]remoteStatus
 	own        map[string]health.Progress
@@ -262,6 +263,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.targets = make(map[string]netip.AddrPort, len(ts))
+	c.targetsSet = true
 	for _, t := range ts {
 		c.targets[t.Key] = t.Addr
 	}
@@ -319,11 +321,20 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		delete(c.own, t.Key)
 		return false, health.Progress{}
 	}
-	if r, ok := c.remote[t.Key]; ok && r.Addr == t.Addr {
+	if r, ok := c.known(t.Key); ok && r.Addr == t.Addr && r.version >= c.now()-c.b.cover().Microseconds() {
 		return true, r.progress()
 	}
-	return true, health.Progress{}
+	// Nothing the fleet stands by to continue from (no status, one
+	// older than the bound, or refused): a node nobody vouches for must
+	// not stay in the answers for fall probes, so its first failed probe
+	// takes it out (the checker bounds the failures to its fall).
+	return true, health.Progress{Fail: distrust}
 }
+
+// distrust is the failure count Claim seeds a target with when no status
+// the fleet stands by covers it: the checker bounds it to fall, so that
+// one more failure takes the target Down, while successes still need rise.
+const distrust = 1 << 30
 
 // KeepSession implements health.Sessions: the checker keeps a session open
 // to t only while this instance holds t's lease for the fleet, so that the
@@ -465,13 +476,22 @@ func (c *Coordinator) signal() {
 
 // view makes the View: this instance's own verdicts for the targets it
 // probes, the holders' for the others. Before any target is known, every
-// stored status counts (a cold start answers from them at once).
+// stored status that would cover its key counts (a cold start answers
+// from them at once).
 func (c *Coordinator) view() health.View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	v := health.View{}
 	if len(c.targets) == 0 {
-		for k, r := range c.remote {
+		for k := range c.remote {
+			// Only what a live holder stands by: a status the fleet
+			// would not let cover its key (its writer gone or not the
+			// key's owner, or older than the bound: an old one stored
+			// again) must not answer for it, even for a moment.
+			r, ok := c.known(k)
+			if !ok || c.b.stale(k, r.Holder, r.version, c.members, c.memberList, c.now()) != "" {
+				continue
+			}
 			if p := r.progress(); p.Verdict.State != health.Unknown {
 				v[k] = p.Verdict
 			}
@@ -520,6 +540,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 			c.logf("%v", err)
 		}
 	}
+	c.awaitChecked(ctx)
 	apply(c.view())
 
 	var wg sync.WaitGroup
@@ -554,6 +575,66 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 			apply(c.view())
 		}
 	}
+}
+
+// Bounds of the wait before the first View (awaitChecked).
+const (
+	// firstTargetsWait bounds the wait for the registry's nodes: the
+	// registry's own start-up wait.
+	firstTargetsWait = 5 * time.Second
+)
+
+// awaitChecked waits, before the first View, until every target this
+// instance must probe itself (no live holder's status covers it) has been
+// probed once, so that an instance never answers, even for its first
+// milliseconds, a node that nobody vouches for: a stopped backend whose
+// old status someone stored again, say. In coordinated mode those targets
+// are probed at once (they are few: the ones whose holder is gone, and
+// this instance's share); in local mode their first probes come as the
+// checker spreads them, within an interval. The wait ends after the
+// targets' first probes could have ended (interval and timeout after the
+// targets came), or firstTargetsWait without targets.
+func (c *Coordinator) awaitChecked(ctx context.Context) {
+	timer := time.NewTimer(firstTargetsWait)
+	defer timer.Stop()
+	kicked := false
+	for {
+		c.mu.Lock()
+		set, pending := c.targetsSet, c.unchecked()
+		mode, probeNow := c.mode, c.probeNow
+		c.mu.Unlock()
+		if set && len(pending) == 0 {
+			return
+		}
+		if set && !kicked {
+			kicked = true
+			timer.Reset(c.b.interval + c.cfg.Timeout)
+			if mode == ModeCoordinated {
+				for _, k := range pending {
+					probeNow(k)
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			return
+		case <-c.wake:
+		}
+	}
+}
+
+// unchecked returns the targets this instance probes and has not probed
+// yet. c.mu is held.
+func (c *Coordinator) unchecked() []string {
+	var out []string
+	for k, addr := range c.targets {
+		if _, ok := c.own[k]; !ok && c.probes(k, addr) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // tend is one round of looking after membership and leases: heartbeat

@@ -48,6 +48,8 @@ func TestSecurityRedis(t *testing.T) {
 	r.attack("6_fake_members_and_lease_without_TTL", attackMembers)
 	r.attack("7_two_fleets_one_prefix", attackTwoFleets)
 	r.attack("8_garbage_and_huge_messages", attackGarbage)
+	r.attack("9_old_status_replayed", attackOldStatus(false))
+	r.attack("9_old_status_with_new_version", attackOldStatus(true))
 }
 
 // Attack 1: a status's version set far ahead, where Lua's old+1 no longer
@@ -275,6 +277,47 @@ func attackGarbage(t *testing.T, a *attackRun) {
 // before it can be refused, and a -race build's memory costs more; what is
 // refused must be dropped, not kept or copied around.
 const attackRSSGrowth = 80
+
+// Attack 9: a genuine signed "up" of a node, captured while it was up,
+// stored again every 50 ms after its backend stopped, with forged members
+// beside: as captured (its own version), or with a version by Redis's
+// clock. Every instance keeps the node out; pgclusterctl never says it is
+// in and lists no forged member; an instance started meanwhile never
+// answers it.
+func attackOldStatus(newVersion bool) func(t *testing.T, a *attackRun) {
+	return func(t *testing.T, a *attackRun) {
+		ctx := a.ctx()
+		captured, err := a.rig.rdb.HMGet(ctx, statusKeyOf("n1"), "v", "s").Result()
+		if err != nil || len(captured) != 2 || captured[0] == nil || captured[1] == nil {
+			t.Fatalf("n1's status: %v %v", captured, err)
+		}
+		capturedAt := time.Now()
+		a.stop(1)
+		fakes := a.fakeMembers(5)
+		a.repeat(50*time.Millisecond, func(ctx context.Context, _ int) {
+			v := captured[0]
+			if newVersion {
+				now, err := a.rig.rdb.Time(ctx).Result()
+				if err != nil {
+					return
+				}
+				v = now.UnixMicro()
+			}
+			a.rig.rdb.HSet(ctx, statusKeyOf("n1"), "v", v, "s", captured[1])
+		})
+		// Older than the bound: a status no holder would still stand by.
+		Eventually(t, 10*time.Second, func() error {
+			if age := time.Since(capturedAt); age < attackBound+time.Second {
+				return fmt.Errorf("the captured status is %v old", age)
+			}
+			return nil
+		})
+		holdsFor(t, time.Second, "while n1's old up status is stored again", answersExactly(a.rig.ins, hostsBut(1)))
+		a.agrees()
+		a.noFakeMembers(fakes)
+		a.newcomer(1)
+	}
+}
 
 // hostsBut is attackHosts without the nodes except.
 func hostsBut(except ...int) []string {

@@ -194,7 +194,14 @@ func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
 	}
 	switch {
 	case k.Err != nil:
+		// No instance answers from a refused status: each checks the node
+		// itself, so pgclusterctl cannot say in or out either.
+		nr.Check, nr.CheckRole, nr.CheckCause, nr.CheckDetail = checkStale, "", "", ""
 		nr.StatusError = "the stored status is refused: " + k.Err.Error()
+		if j.RegistryServing {
+			nr.State, nr.Reason = stateUnknown, reasonStale
+			nr.Detail = "the stored status is refused (" + k.Err.Error() + "); every instance checks the node itself and answers it as its own probe finds it"
+		}
 	case k.Status != nil && k.Status.Addr != target(j.Node):
 		nr.StatusError = "the stored status is of " + k.Status.Addr.String() + ", not the registry's address"
 	case k.Status != nil && k.Stale != "":
@@ -211,9 +218,9 @@ func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
 	return nr
 }
 
-// A node whose stored status is stale: the check shows checkStale, and
-// one the registry allows is of stateUnknown for reasonStale, as no
-// instance answers from that status.
+// A node whose stored status is stale or refused: the check shows
+// checkStale, and one the registry allows is of stateUnknown for
+// reasonStale, as no instance answers from that status.
 const (
 	checkStale   = "stale"
 	stateUnknown = "unknown"
