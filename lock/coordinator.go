@@ -528,9 +528,18 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 	c.tend(ctx)
 	if c.Mode() == ModeCoordinated {
 		all, err := c.sub.ReadAll(ctx)
+		// A holder writes its status at every probe, so a stored status
+		// older than an interval, a probe, a cycle and a Redis call is
+		// no holder's any more: an old one stored again, perhaps. This
+		// instance knows nothing newer to hold it against, so it does not
+		// count it and checks the node itself.
+		oldest := c.now() - (c.b.interval + c.cfg.Timeout + c.b.cycle + CallTimeout).Microseconds()
 		for _, s := range all {
 			if s.Err != nil {
 				c.rejected(s.Key, s.Err)
+				continue
+			}
+			if s.Version < oldest {
 				continue
 			}
 			c.applyRemote(s.Key, s.Version, s.Status, false)
