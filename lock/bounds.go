@@ -50,20 +50,20 @@ func (b bounds) memberAhead() time.Duration { return b.memberTTL + b.ttl }
 // than a resync, a lease and an interval, nobody writes it any more.
 func (b bounds) cover() time.Duration { return b.resync + b.ttl + b.interval }
 
-// stale says why a status of key written by holder with version (Redis's
-// clock at the write, µs) does not cover the key at now (Redis's clock,
-// µs) for the live members (the same as a set and as a sorted list), or
-// "" when it covers it: its writer must be the live member the fleet
-// gives the key to (rendezvous over the live members: one the fleet moved
-// the key away from no longer probes it, and a key given to a member that
-// writes nothing, as one anyone added, must not be covered by the last
-// status of its old holder), and it must be recent (see cover) and not
-// ahead of the clock by more than a lease.
-func (b bounds) stale(key, holder string, version int64, live map[string]bool, members []string, now int64) string {
+// stale says why a status written by holder with version (Redis's clock
+// at the write, µs) does not cover its key at now (Redis's clock, µs), for
+// the live members and the key's owner among them, or "" when it covers
+// it: its writer must be the live member the fleet gives the key to
+// (rendezvous over the live members: one the fleet moved the key away
+// from no longer probes it, and a key given to a member that writes
+// nothing, as one anyone added, must not be covered by the last status of
+// its old holder), and it must be recent (see cover) and not ahead of the
+// clock by more than a lease.
+func (b bounds) stale(holder, keyOwner string, version int64, live map[string]bool, now int64) string {
 	switch {
 	case !live[holder]:
 		return "its writer is not a live member of the fleet"
-	case owner(members, key) != holder:
+	case keyOwner != holder:
 		return "its writer no longer holds the key: the fleet gives it to another member"
 	case version < now-b.cover().Microseconds():
 		age := time.Duration(now-version) * time.Microsecond

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"maps"
 	"net/netip"
 	"slices"
@@ -85,9 +84,10 @@ type Observer interface {
 // over the live members, so that they spread and move only when members
 // come or go. A target whose holder is not a live member (or whose status
 // predates this instance's return after an outage) is probed here too until
-// a holder's status arrives. While Redis does not answer, every target is
-// probed here (ModeLocal); when it answers again, statuses are read again
-// and leases taken again.
+// a holder's status arrives. While Redis does not answer (its calls have
+// kept failing for two cycles, see failed), every target is probed here
+// (ModeLocal); when it answers again, statuses are read again and leases
+// taken again.
 type Coordinator struct {
 	cfg    Config
 	b      bounds
@@ -97,23 +97,26 @@ type Coordinator struct {
 
 	probeNow func(key string)
 
-	mu         sync.Mutex
-	mode       string
-	targets    map[string]netip.AddrPort
-	targetsSet bool // SetTargets was called (the registry's nodes are known, maybe none)
-	held       map[string]bool
-	remote     map[string]remoteStatus
-	own        map[string]health.Progress
-	published  map[string]health.Progress // what we last published per key
-	writtenBy  map[string]bool            // we have written this key's status since taking its lease
-	blocked    map[string]time.Time       // when our take of a key that is ours first failed
-	seized     map[string]time.Time       // when we last seized a key's lease (see blockedFor)
-	members    map[string]bool            // live members' tokens
-	memberList []string                   // the same, in token order (for owner)
-	offset     time.Duration              // Redis's clock minus ours, at the last heartbeat
-	joinedAt   int64                      // Redis µs when we came back after an outage: statuses before are not trusted
-	resyncAt   time.Time                  // a resync is due (after a return)
-	wake       chan struct{}
+	mu           sync.Mutex
+	mode         string
+	targets      map[string]netip.AddrPort
+	targetsSet   bool // SetTargets was called (the registry's nodes are known, maybe none)
+	held         map[string]bool
+	remote       map[string]remoteStatus
+	own          map[string]health.Progress
+	published    map[string]health.Progress // what we last published per key
+	writtenBy    map[string]bool            // we have written this key's status since taking its lease
+	blocked      map[string]time.Time       // when our take of a key that is ours first failed
+	seized       map[string]time.Time       // when we last seized a key's lease (see blockedFor)
+	members      map[string]bool            // live members' tokens
+	memberList   []string                   // the same, in token order
+	rank         ranking                    // memberList, for rendezvous hashing
+	owners       map[string]string          // each target's owner among memberList (see setOwners)
+	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
+	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted
+	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
+	resyncAt     time.Time                  // a resync is due (after a return)
+	wake         chan struct{}
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -150,6 +153,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		blocked:   map[string]time.Time{},
 		seized:    map[string]time.Time{},
 		members:   map[string]bool{},
+		owners:    map[string]string{},
 		wake:      make(chan struct{}, 1),
 	}
 	sub.OnError = func(err error) { c.rlog.Logf("subscription", "%v", err) }
@@ -267,6 +271,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	for _, t := range ts {
 		c.targets[t.Key] = t.Addr
 	}
+	c.setOwners(c.owners)
 	// What this instance probed of targets that are gone is of no use;
 	// the statuses stay (they expire in Redis, and a target may be back).
 	for _, m := range []map[string]health.Progress{c.own, c.published} {
@@ -364,7 +369,7 @@ func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	if !ok || r.Addr != addr || r.version < c.joinedAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
-	return c.b.stale(key, r.Holder, r.version, c.members, c.memberList, c.now()) == ""
+	return c.b.stale(r.Holder, c.ownerOf(key), r.version, c.members, c.now()) == ""
 }
 
 // Record implements health.Shared: the verdict counts here at once; while
@@ -392,7 +397,8 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	if !write {
 		return
 	}
-	st := newStatus(t.Addr, c.Token(), time.Now(), p)
+	start := time.Now()
+	st := newStatus(t.Addr, c.Token(), start, p)
 	v, ok, err := c.leases.WriteVersioned(context.Background(), t.Key, propose, func(v int64) []byte {
 		st.V = v
 		return encode(t.Key, st, c.cfg.Secret)
@@ -407,7 +413,9 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 		// the next probe writes again. Redis answers: no local mode.
 		c.rlog.Logf("contended", "%v", err)
 	case err != nil:
-		c.goLocal(err)
+		// One failed write is not an outage: it counts toward the
+		// failure streak that local mode waits for (see failed).
+		c.failed(start, err)
 	case !ok:
 		// Another instance holds the lease now (we were too slow, or
 		// frozen), or anyone overwrote it: its holder's status counts,
@@ -489,7 +497,7 @@ func (c *Coordinator) view() health.View {
 			// key's owner, or older than the bound: an old one stored
 			// again) must not answer for it, even for a moment.
 			r, ok := c.known(k)
-			if !ok || c.b.stale(k, r.Holder, r.version, c.members, c.memberList, c.now()) != "" {
+			if !ok || c.b.stale(r.Holder, c.ownerOf(k), r.version, c.members, c.now()) != "" {
 				continue
 			}
 			if p := r.progress(); p.Verdict.State != health.Unknown {
@@ -647,23 +655,114 @@ func (c *Coordinator) unchecked() []string {
 }
 
 // tend is one round of looking after membership and leases: heartbeat
-// (whose failure means local mode, and whose success after it a return),
+// (whose failures over two cycles mean local mode, see failed, and whose
+// success after it a return),
 // then take the leases that are ours by rendezvous and release the others.
 func (c *Coordinator) tend(ctx context.Context) {
+	start := time.Now()
 	m, err := c.leases.Heartbeat(ctx, c.b.memberTTL, c.b.memberAhead())
 	for _, err := range m.Refused {
 		c.rlog.Logf("member "+refusalKind(err), "a member of the fleet ignored: %v", err)
 	}
-	c.mu.Lock()
 	if err != nil {
-		if ctx.Err() == nil {
-			c.goLocal(err)
-		}
-		c.mu.Unlock()
+		c.lost(ctx, start, err)
 		return
 	}
+	p := c.round(m)
+	start = time.Now()
+
+	if p.resync {
+		c.sub.Resync()
+	}
+	if err := c.leases.ReleaseAll(ctx, p.release); err != nil {
+		c.lost(ctx, start, err)
+		return
+	}
+	taken, void, err := c.leases.TakeAll(ctx, p.take, c.b.ttl, m.Members, p.tried)
+	if err != nil {
+		c.lost(ctx, start, err)
+		return
+	}
+	for _, k := range void {
+		c.rlog.Logf("lease void", "lease of %s was held by no live member, without a TTL or with one beyond any lease's: taken over", k)
+	}
+	if seize := c.blockedFor(p.take, taken); len(seize) > 0 {
+		if err := c.leases.SeizeAll(ctx, seize, c.b.ttl); err != nil {
+			c.lost(ctx, start, err)
+			return
+		}
+		for _, k := range seize {
+			c.rlog.Logf("lease seized", "lease of %s kept from this instance, which the fleet gives it to, for over a lease (%v) by a member that does not write it: taken over", k, c.b.ttl)
+		}
+		taken = append(taken, seize...)
+	}
+	kick := p.kick
+	c.mu.Lock()
+	for _, k := range p.release {
+		delete(c.held, k)
+	}
+	for _, k := range taken {
+		c.held[k] = true
+		c.writtenBy[k] = false
+		kick = append(kick, k)
+	}
+	if len(p.release) > 0 || len(taken) > 0 {
+		c.observeLeases()
+		c.signal()
+	}
+	c.mu.Unlock()
+	for _, k := range kick {
+		p.probeNow(k)
+	}
+}
+
+// tendPlan is what a round of tend does once its heartbeat answered.
+type tendPlan struct {
+	take, release []string        // leases to take and to release
+	kick          []string        // targets to probe at once
+	tried         map[string]bool // keys whose take failed before (see TakeAll)
+	resync        bool            // read every status again
+	probeNow      func(key string)
+}
+
+// round applies the membership a heartbeat read and returns what the
+// round does next (see plan). When the members changed, the targets'
+// owners are computed again, outside c.mu (at 300 members and 10,000
+// targets it takes tens of milliseconds, which the checker's Claims must
+// not wait for).
+func (c *Coordinator) round(m Membership) tendPlan {
+	c.mu.Lock()
+	var keys []string
+	changed := !slices.Equal(m.Members, c.memberList)
+	if changed {
+		keys = slices.Collect(maps.Keys(c.targets))
+	}
+	c.mu.Unlock()
+	var next *ownership
+	if changed {
+		rank := newRanking(m.Members)
+		next = &ownership{rank: rank, owners: rank.owners(keys)}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.plan(m, next)
+}
+
+// ownership is the owners of the targets for a list of members.
+type ownership struct {
+	rank   ranking
+	owners map[string]string
+}
+
+// plan applies the membership a heartbeat read (a return to coordinated
+// mode, the live members, Redis's clock) and returns what the round does
+// next. next is the targets' owners for those members when they changed
+// (targets added since are added to it), nil when they did not. c.mu is
+// held.
+func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
-	var kick []string
+	var p tendPlan
+	c.failingSince = time.Time{} // Redis answers: a streak of failures ends
 	if c.mode != ModeCoordinated {
 		c.mode = ModeCoordinated
 		if c.joinedAt != 0 || len(c.own) > 0 {
@@ -687,86 +786,74 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 	if !slices.Equal(members, c.memberList) {
 		c.signal() // what is covered may change
+		if next == nil {
+			rank := newRanking(members)
+			next = &ownership{rank: rank, owners: rank.owners(slices.Collect(maps.Keys(c.targets)))}
+		}
+		c.members = make(map[string]bool, len(members))
+		for _, tok := range members {
+			c.members[tok] = true
+		}
+		c.memberList = members
+		c.rank = next.rank
+		c.setOwners(next.owners)
 	}
-	c.members = make(map[string]bool, len(members))
-	for _, tok := range members {
-		c.members[tok] = true
-	}
-	c.memberList = members
 	c.offset = time.Until(m.Now)
 	// Targets no longer covered (their holder left, or the fleet gives
 	// them to another member): probe them now, not at their next tick.
 	for _, k := range before {
 		if !c.covered(k, c.targets[k]) {
-			kick = append(kick, k)
+			p.kick = append(p.kick, k)
 		}
 	}
-	var take, release []string
 	me := c.Token()
 	for k := range c.targets {
-		mine := owner(members, k) == me
+		mine := c.owners[k] == me
 		switch {
 		case mine && !c.held[k]:
-			take = append(take, k)
+			p.take = append(p.take, k)
 		case !mine && c.held[k]:
-			release = append(release, k)
+			p.release = append(p.release, k)
 		}
 	}
 	for k := range c.held {
 		if _, ok := c.targets[k]; !ok {
-			release = append(release, k)
+			p.release = append(p.release, k)
 		}
 	}
-	resync := !c.resyncAt.IsZero() && !time.Now().Before(c.resyncAt)
-	if resync {
+	p.resync = !c.resyncAt.IsZero() && !time.Now().Before(c.resyncAt)
+	if p.resync {
 		c.resyncAt = time.Time{}
 	}
-	probeNow := c.probeNow
-	tried := c.blockedSet()
-	c.mu.Unlock()
+	p.probeNow = c.probeNow
+	p.tried = c.blockedSet()
+	return p
+}
 
-	if resync {
-		c.sub.Resync()
-	}
-	if err := c.leases.ReleaseAll(ctx, release); err != nil {
-		c.lost(ctx, err)
-		return
-	}
-	taken, void, err := c.leases.TakeAll(ctx, take, c.b.ttl, members, tried)
-	if err != nil {
-		c.lost(ctx, err)
-		return
-	}
-	for _, k := range void {
-		c.rlog.Logf("lease void", "lease of %s was held by no live member, without a TTL or with one beyond any lease's: taken over", k)
-	}
-	if seize := c.blockedFor(take, taken); len(seize) > 0 {
-		if err := c.leases.SeizeAll(ctx, seize, c.b.ttl); err != nil {
-			c.lost(ctx, err)
-			return
+// setOwners makes c.owners the owner among c.memberList of every target
+// and of no other key, taking those of from that are there (computed for
+// c.memberList) and computing the others. The owners are computed again
+// only when the members or the targets change: at 300 members a key's
+// owner costs microseconds, too much for every target at every round and
+// every Claim. c.mu is held.
+func (c *Coordinator) setOwners(from map[string]string) {
+	owners := make(map[string]string, len(c.targets))
+	for k := range c.targets {
+		o, ok := from[k]
+		if !ok {
+			o = c.rank.owner(k)
 		}
-		for _, k := range seize {
-			c.rlog.Logf("lease seized", "lease of %s kept from this instance, which the fleet gives it to, for over a lease (%v) by a member that does not write it: taken over", k, c.b.ttl)
-		}
-		taken = append(taken, seize...)
+		owners[k] = o
 	}
-	c.mu.Lock()
-	for _, k := range release {
-		delete(c.held, k)
+	c.owners = owners
+}
+
+// ownerOf is the live member the fleet gives key to. c.mu is held.
+func (c *Coordinator) ownerOf(key string) string {
+	if o, ok := c.owners[key]; ok {
+		return o
 	}
-	for _, k := range taken {
-		c.held[k] = true
-		c.writtenBy[k] = false
-		kick = append(kick, k)
-	}
-	if len(release) > 0 || len(taken) > 0 {
-		c.observeLeases()
-		c.signal()
-	}
-	c.mu.Unlock()
-	for _, k := range kick {
-		probeNow(k)
-	}
+	return c.rank.owner(key) // a key that is not a target: a cold start's
 }
 
 // blockedFor returns the keys of take, not taken, whose take has failed
@@ -819,37 +906,6 @@ func (c *Coordinator) blockedSet() map[string]bool {
 	return m
 }
 
-// lost handles a Redis call of tend that failed.
-func (c *Coordinator) lost(ctx context.Context, err error) {
-	if ctx.Err() != nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.goLocal(err)
-}
-
-// goLocal switches to local mode: every target is probed here from now on,
-// continuing from the last statuses known. c.mu is held.
-func (c *Coordinator) goLocal(err error) {
-	if c.mode == ModeLocal {
-		return
-	}
-	c.mode = ModeLocal
-	c.logf("Redis does not answer (%v): checking every backend locally until it does", err)
-	c.observe(func(o Observer) { o.Mode(ModeLocal) })
-	clear(c.held)
-	c.observeLeases()
-	c.signal()
-	probeNow := c.probeNow
-	keys := slices.Collect(maps.Keys(c.targets))
-	go func() {
-		for _, k := range keys {
-			probeNow(k)
-		}
-	}()
-}
-
 // leave releases this instance's leases and ends its membership, so that
 // the others take over at once instead of after the leases lapse.
 func (c *Coordinator) leave() {
@@ -868,34 +924,6 @@ func (c *Coordinator) leave() {
 	if err := c.leases.Leave(ctx); err != nil {
 		c.logf("%v", err)
 	}
-}
-
-// owner is the member that should hold key's lease: the highest score of
-// rendezvous hashing, so that keys spread evenly and a member's coming or
-// going moves only its share.
-func owner(members []string, key string) string {
-	var best string
-	var top uint64
-	for _, m := range members {
-		h := fnv.New64a()
-		h.Write([]byte(m))
-		h.Write([]byte{0})
-		h.Write([]byte(key))
-		s := mix(h.Sum64())
-		if best == "" || s > top {
-			best, top = m, s
-		}
-	}
-	return best
-}
-
-// mix spreads FNV's output over all 64 bits (SplitMix64's finaliser).
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
 
 func (c *Coordinator) logf(format string, args ...any) {

@@ -147,13 +147,14 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, cfg Config, keys 
 	if err != nil {
 		return nil, err
 	}
+	rank := newRanking(tokens)
 	for _, s := range stored {
 		ks := KeyState{Version: s.Version, Err: s.Err}
 		if ks.Err == nil {
 			ks.Status, ks.Err = cfg.VetStatus(s.Key, s.Version, s.Status, now)
 		}
 		if ks.Status != nil {
-			ks.Stale = b.stale(s.Key, ks.Status.Holder, s.Version, live, tokens, now.UnixMicro())
+			ks.Stale = b.stale(ks.Status.Holder, rank.owner(s.Key), s.Version, live, now.UnixMicro())
 		}
 		f.Keys[s.Key] = ks
 	}

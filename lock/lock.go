@@ -46,6 +46,15 @@
 // status, version or member counts unless an instance of the fleet wrote
 // it.
 //
+// Redis calls of a Coordinator's Leases have a deadline that adapts to the
+// latency seen (latency: four times a decaying maximum of the calls'
+// durations, within [CallTimeout, MaxCallTimeout]), and a failed call is
+// not an outage: a Coordinator goes local only when its calls keep failing
+// for two heartbeat cycles (bounds.outageAfter), and then probes no target
+// at once (each at its own tick), so that a fleet's probe rate rises over
+// an interval. Targets' owners are computed again only when the live
+// members or the targets change.
+//
 // It knows nothing of DNS: keys are opaque to it.
 package lock
 
@@ -61,7 +70,9 @@ import (
 )
 
 // CallTimeout bounds every Redis call this package makes, so that a Redis
-// that is gone or frozen costs the caller at most this long per call.
+// that is gone or frozen costs the caller at most this long per call; a
+// Leases call, its least deadline: it adapts to the latency seen, up to
+// MaxCallTimeout (see latency).
 const CallTimeout = 500 * time.Millisecond
 
 // tokenBytes is the length of an instance's random token, in bytes.
@@ -75,6 +86,7 @@ type Leases struct {
 	prefix string
 	token  string
 	secret []byte // signs this instance's member entry, checks the others'
+	lat    latency
 }
 
 // NewLeases returns the leases of a new instance on rdb, with key names
@@ -118,8 +130,8 @@ func (l *Leases) Acquire(ctx context.Context, key string, ttl time.Duration) (bo
 	if err := checkTTL(ttl); err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	ok, err := l.rdb.SetNX(ctx, leaseKey(l.prefix, key), l.token, ttl).Result()
 	if err != nil {
 		return false, fmt.Errorf("lock: acquire %q: %w", key, err)
@@ -133,8 +145,8 @@ func (l *Leases) Renew(ctx context.Context, key string, ttl time.Duration) (bool
 	if err := checkTTL(ttl); err != nil {
 		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	n, err := renewScript.Run(ctx, l.rdb, []string{leaseKey(l.prefix, key)}, l.token, ttl.Milliseconds()).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: renew %q: %w", key, err)
@@ -145,8 +157,8 @@ func (l *Leases) Renew(ctx context.Context, key string, ttl time.Duration) (bool
 // Release gives up the lease on key, only while it is ours. It reports
 // whether a lease of ours was deleted.
 func (l *Leases) Release(ctx context.Context, key string) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	n, err := releaseScript.Run(ctx, l.rdb, []string{leaseKey(l.prefix, key)}, l.token).Int64()
 	if err != nil {
 		return false, fmt.Errorf("lock: release %q: %w", key, err)

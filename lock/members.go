@@ -103,8 +103,8 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 	if err := checkTTL(ttl); err != nil {
 		return Membership{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
 		max(ahead, ttl).Milliseconds(), maxMembers).Slice()
 	if err != nil {
@@ -135,8 +135,8 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 
 // Leave ends this instance's membership at once.
 func (l *Leases) Leave(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	if err := l.rdb.ZRem(ctx, membersKey(l.prefix), l.memberEntry()).Err(); err != nil {
 		return fmt.Errorf("lock: leave: %w", err)
 	}
@@ -191,8 +191,8 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 	if err := checkTTL(ttl); err != nil {
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	trust := []any{l.token, ttl.Milliseconds(), 2 * ttl.Milliseconds(), "0"}
 	vet := make([]any, 0, 4+len(live))
 	vet = append(vet, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds(), "1")
@@ -236,8 +236,8 @@ func (l *Leases) SeizeAll(ctx context.Context, keys []string, ttl time.Duration)
 	if err := checkTTL(ttl); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			p.Set(ctx, leaseKey(l.prefix, k), l.token, ttl)
@@ -255,8 +255,8 @@ func (l *Leases) ReleaseAll(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, k := range keys {
 			releaseScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, l.token)

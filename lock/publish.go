@@ -115,8 +115,8 @@ func (l *Leases) Write(ctx context.Context, key string, status []byte, o WriteOp
 // then the version Redis proposes instead. propose 0 lets Redis choose.
 // It returns the version written.
 func (l *Leases) WriteVersioned(ctx context.Context, key string, propose int64, body func(version int64) []byte, o WriteOptions) (version int64, ok bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
-	defer cancel()
+	ctx, done := l.call(ctx)
+	defer done()
 	pub := "0"
 	if o.Publish {
 		pub = "1"

@@ -39,8 +39,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 
 	// Redis is back; another instance holds the lease and finds it down.
 	c.mode = ModeCoordinated
-	c.members["holder"] = true
-	c.memberList = []string{"holder"} // the fleet gives the key to it
+	c.plan(Membership{Members: []string{"holder"}, Now: time.Now()}, nil) // the fleet gives the key to it
 	down := newStatus(tg.Addr, "holder", time.Now(), health.Progress{Verdict: health.Verdict{State: health.Down, Cause: "refused"}, Fail: 3})
 	down.V = time.Now().UnixMicro()
 	c.remote[tg.Key] = remoteStatus{version: down.V, status: down}
@@ -52,8 +51,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 	}
 
 	// The holder dies: until this instance probes, its last status counts.
-	delete(c.members, "holder")
-	c.memberList = nil
+	c.plan(Membership{Now: time.Now()}, nil)
 	probe, start := c.Claim(tg)
 	if !probe || start.Verdict.State != health.Down {
 		t.Fatalf("holder gone: probe %v from %+v, want a probe from the holder's down", probe, start)

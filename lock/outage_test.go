@@ -1,0 +1,282 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// modes is an Observer that notes when a coordinator went local.
+type modes struct {
+	mu     sync.Mutex
+	locals []time.Time
+}
+
+func (m *modes) Leases(int)                {}
+func (m *modes) Message(string)            {}
+func (m *modes) Resync(error)              {}
+func (m *modes) Propagation(time.Duration) {}
+func (m *modes) Write(bool, bool)          {}
+func (m *modes) Mode(mode string) {
+	if mode == ModeLocal {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.locals = append(m.locals, time.Now())
+	}
+}
+
+func (m *modes) wentLocal() []time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.locals)
+}
+
+// Settings of the outage tests: an interval of a second, so that the
+// failure streak local mode waits for (two cycles: a second) is longer
+// than the 0.6 s stall.
+const (
+	outageInterval = time.Second
+	outageTimeout  = 500 * time.Millisecond
+	outageCycle    = outageInterval / 2
+)
+
+// outageFleet is n coordinators with the tcp check of targets on srv,
+// clients whose own timeouts let the adaptive deadline govern, each
+// observed, given the targets once all are members; failures counts the Redis calls they logged as failed while
+// coordinating, probes every probe's start.
+type outageFleet struct {
+	ins      []*instance
+	modes    []*modes
+	failures atomic.Int64
+	settled  time.Time // every instance held the leases the fleet gives it
+
+	mu     sync.Mutex
+	probes []time.Time
+}
+
+func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []health.Target) *outageFleet {
+	t.Helper()
+	f := &outageFleet{}
+	for range n {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
+			DialTimeout: MaxCallTimeout, ReadTimeout: MaxCallTimeout, WriteTimeout: MaxCallTimeout})
+		t.Cleanup(func() { rdb.Close() })
+		m := &modes{}
+		f.modes = append(f.modes, m)
+		logf := func(format string, args ...any) {
+			if strings.Contains(fmt.Sprintf(format, args...), "still coordinating") {
+				f.failures.Add(1)
+			}
+			t.Logf(format, args...)
+		}
+		f.ins = append(f.ins, startChecked(t, rdb, nil,
+			Config{Prefix: "fleet:", Interval: outageInterval, Timeout: outageTimeout, Resync: time.Second, Logf: logf, Observer: m},
+			health.Config{Check: health.CheckTCP, Interval: outageInterval, Timeout: outageTimeout, Rise: 1, Fall: 1,
+				Observe: func(_, _ string, d time.Duration) {
+					f.mu.Lock()
+					defer f.mu.Unlock()
+					f.probes = append(f.probes, time.Now().Add(-d))
+				}}))
+	}
+	// The targets come once every instance is a member: a lone first
+	// instance would take every lease and probe every target at once,
+	// aligning all its checker's ticks to that moment.
+	eventually(t, 20*time.Second, "every instance a member of the fleet", func() bool {
+		for _, in := range f.ins {
+			in.coord.mu.Lock()
+			m := len(in.coord.memberList)
+			in.coord.mu.Unlock()
+			if m != n {
+				return false
+			}
+		}
+		return true
+	})
+	for _, in := range f.ins {
+		in.coord.SetTargets(targets)
+		in.check.SetTargets(targets)
+	}
+	eventually(t, 20*time.Second, "every instance sees every target up", allState(f.ins, targets, health.Up))
+	var tokens []string
+	for _, in := range f.ins {
+		tokens = append(tokens, in.coord.Token())
+	}
+	eventually(t, 20*time.Second, "every instance holds the leases the fleet gives it", func() bool {
+		for _, in := range f.ins {
+			var want []string
+			for _, tg := range targets {
+				if owner(tokens, tg.Key) == in.coord.Token() {
+					want = append(want, tg.Key)
+				}
+			}
+			slices.Sort(want)
+			if !slices.Equal(in.coord.Held(), want) {
+				return false
+			}
+		}
+		return true
+	})
+	f.settled = time.Now()
+	return f
+}
+
+// probesBetween counts the probes started in [from, to) per bucket.
+func (f *outageFleet) probesBetween(from, to time.Time, bucket time.Duration) []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	counts := make([]int, (to.Sub(from)+bucket-1)/bucket)
+	for _, at := range f.probes {
+		if !at.Before(from) && at.Before(to) {
+			counts[at.Sub(from)/bucket]++
+		}
+	}
+	return counts
+}
+
+// targetsOn spreads n targets over a few backends (a target is its key:
+// several may share an address).
+func targetsOn(t *testing.T, n int) []health.Target {
+	var backends []*backend
+	for range 5 {
+		backends = append(backends, newBackend(t))
+	}
+	var ts []health.Target
+	for i := range n {
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n%d", i/3, i%3), Addr: backends[i%len(backends)].addr})
+	}
+	return ts
+}
+
+// One missed deadline is not an outage: Redis paused for 0.6 s (CLIENT
+// PAUSE ALL) makes the calls sent at its start miss their deadline, but
+// no coordinator goes local (the failures span less than two cycles), and
+// each keeps the leases it held. Redis stopped for good puts every one in
+// local mode within four cycles and a call's longest deadline: the first
+// failed call comes within a cycle, the streak lasts two, and the
+// heartbeat that ends it comes within one more.
+func TestCoordinatorOutageStreak(t *testing.T) {
+	srv := redistest.Start(t)
+	targets := targetsOn(t, 60)
+	f := startOutageFleet(t, srv, 3, targets)
+	held := make([][]string, len(f.ins))
+	for i, in := range f.ins {
+		held[i] = in.coord.Held()
+	}
+
+	const pause = 600 * time.Millisecond
+	admin := srv.Client(t)
+	paused := time.Now()
+	if err := admin.Do(context.Background(), "CLIENT", "PAUSE", pause.Milliseconds(), "ALL").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// A measurement window: every call sent during the pause has ended
+	// (answered or out of time), and every coordinator has heartbeaten
+	// since.
+	time.Sleep(pause + MaxCallTimeout + 2*outageCycle)
+	t.Logf("Redis paused %v: %d Redis calls failed and were ridden out", pause, f.failures.Load())
+	for i, m := range f.modes {
+		if l := m.wentLocal(); len(l) > 0 {
+			t.Errorf("instance %d went local %v after a %v pause began", i, l[0].Sub(paused).Round(time.Millisecond), pause)
+		}
+		if got := f.ins[i].coord.Held(); !slices.Equal(got, held[i]) {
+			t.Errorf("instance %d holds %d leases after the pause, %d before: the pause moved leases", i, len(got), len(held[i]))
+		}
+	}
+
+	srv.Stop()
+	stopped := time.Now()
+	bound := 4*outageCycle + MaxCallTimeout
+	eventually(t, bound+5*time.Second, "every instance local with Redis stopped", func() bool {
+		for _, in := range f.ins {
+			if in.coord.Mode() != ModeLocal {
+				return false
+			}
+		}
+		return true
+	})
+	for i, m := range f.modes {
+		l := m.wentLocal()
+		took := l[0].Sub(stopped)
+		t.Logf("Redis stopped: instance %d local after %v (bound %v)", i, took.Round(time.Millisecond), bound)
+		if took < 2*outageCycle {
+			t.Errorf("instance %d went local %v after Redis stopped, before two cycles (%v) of failures", i, took, 2*outageCycle)
+		}
+		if took > bound+time.Second {
+			t.Errorf("instance %d went local %v after Redis stopped, want within %v", i, took, bound)
+		}
+	}
+}
+
+// Going local does not probe everything at once: 3 coordinators × 500
+// targets, Redis stopped. The targets each instance held keep their ticks,
+// and each of the others is first probed here at its own tick, so the
+// probes started per 100 ms stay under the coordinated fleet's busiest
+// 100 ms (its pattern stays: the held targets' ticks) plus twice the
+// newly local probes' average ((N-1)/N of N × M per interval: 100 per
+// 100 ms), where kicking every target at once put one instance's 500
+// probes into a bucket or two (measured: a bucket of 541 over a limit of
+// 292). Within two intervals of the last instance going local, every
+// instance probes every target.
+func TestCoordinatorLocalProbeRamp(t *testing.T) {
+	const n, bucket = 500, 100 * time.Millisecond
+	srv := redistest.Start(t)
+	targets := targetsOn(t, n)
+	f := startOutageFleet(t, srv, 3, targets)
+	eventually(t, 20*time.Second, "an interval with one prober per target", func() bool {
+		now := time.Now()
+		sum := 0
+		for _, c := range f.probesBetween(now.Add(-outageInterval), now, outageInterval) {
+			sum += c
+		}
+		return time.Since(f.settled) > outageInterval && sum <= n*11/10
+	})
+
+	srv.Stop()
+	stopped := time.Now()
+	eventually(t, 10*time.Second, "every instance local with Redis stopped", func() bool {
+		for _, in := range f.ins {
+			if in.coord.Mode() != ModeLocal {
+				return false
+			}
+		}
+		return true
+	})
+	var last time.Time
+	for _, m := range f.modes {
+		if at := m.wentLocal()[0]; at.After(last) {
+			last = at
+		}
+	}
+	end := last.Add(2 * outageInterval)
+	eventually(t, 10*time.Second, "two intervals after the last instance went local", func() bool { return time.Now().After(end.Add(outageTimeout)) })
+
+	steady := f.probesBetween(stopped.Add(-outageInterval), stopped, bucket)
+	counts := f.probesBetween(stopped, end, bucket)
+	perBucket := func(probers int) int { return probers * n * int(bucket) / int(outageInterval) }
+	limit := slices.Max(steady) + 2*(perBucket(len(f.ins))-perBucket(1))
+	t.Logf("probe starts per %v, coordinated (the interval before Redis stopped; %d at one probe per target per interval): %v", bucket, perBucket(1), steady)
+	t.Logf("probe starts per %v from Redis stopped (every instance local after %v; %d when every instance probes every target): %v",
+		bucket, last.Sub(stopped).Round(time.Millisecond), perBucket(len(f.ins)), counts)
+	peak := slices.Max(counts)
+	t.Logf("peak %d per %v, limit %d", peak, bucket, limit)
+	if peak > limit {
+		t.Errorf("a burst of %d probe starts in %v after Redis stopped, over %d", peak, bucket, limit)
+	}
+	lastInterval := 0
+	for _, c := range counts[len(counts)-int(outageInterval/bucket):] {
+		lastInterval += c
+	}
+	if want := len(f.ins) * n * 8 / 10; lastInterval < want {
+		t.Errorf("%d probes in the last interval, want about %d (every instance probing every target)", lastInterval, len(f.ins)*n)
+	}
+}
