@@ -64,7 +64,7 @@ type outageFleet struct {
 	probes []time.Time
 }
 
-func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []health.Target) *outageFleet {
+func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []health.Target, interval time.Duration) *outageFleet {
 	t.Helper()
 	f := &outageFleet{}
 	for range n {
@@ -80,8 +80,8 @@ func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []heal
 			t.Logf(format, args...)
 		}
 		f.ins = append(f.ins, startChecked(t, rdb, nil,
-			Config{Prefix: "fleet:", Interval: outageInterval, Timeout: outageTimeout, Resync: time.Second, Logf: logf, Observer: m},
-			health.Config{Check: health.CheckTCP, Interval: outageInterval, Timeout: outageTimeout, Rise: 1, Fall: 1,
+			Config{Prefix: "fleet:", Interval: interval, Timeout: outageTimeout, Resync: time.Second, Logf: logf, Observer: m},
+			health.Config{Check: health.CheckTCP, Interval: interval, Timeout: outageTimeout, Rise: 1, Fall: 1,
 				Observe: func(_, _ string, d time.Duration) {
 					f.mu.Lock()
 					defer f.mu.Unlock()
@@ -167,7 +167,7 @@ func targetsOn(t *testing.T, n int) []health.Target {
 func TestCoordinatorOutageStreak(t *testing.T) {
 	srv := redistest.Start(t)
 	targets := targetsOn(t, 60)
-	f := startOutageFleet(t, srv, 3, targets)
+	f := startOutageFleet(t, srv, 3, targets, outageInterval)
 	held := make([][]string, len(f.ins))
 	for i, in := range f.ins {
 		held[i] = in.coord.Held()
@@ -218,29 +218,38 @@ func TestCoordinatorOutageStreak(t *testing.T) {
 }
 
 // Going local does not probe everything at once: 3 coordinators × 500
-// targets, Redis stopped. The targets each instance held keep their ticks,
+// targets, interval 2 s, Redis stopped. The targets each instance held keep their ticks,
 // and each of the others is first probed here at its own tick, so the
 // probes started per 100 ms stay under the coordinated fleet's busiest
 // 100 ms (its pattern stays: the held targets' ticks) plus twice the
-// newly local probes' average ((N-1)/N of N × M per interval: 100 per
+// newly local probes' average ((N-1)/N of N × M per interval: 50 per
 // 100 ms), where kicking every target at once put one instance's 500
-// probes into a bucket or two (measured: a bucket of 541 over a limit of
-// 292). Within two intervals of the last instance going local, every
+// probes into a bucket or two (measured at an interval of 1 s: a bucket
+// of 509 over a limit of 350). Within two intervals of the last instance going local, every
 // instance probes every target.
 func TestCoordinatorLocalProbeRamp(t *testing.T) {
-	const n, bucket = 500, 100 * time.Millisecond
+	const n, bucket, interval = 500, 100 * time.Millisecond, 2 * time.Second
 	srv := redistest.Start(t)
 	targets := targetsOn(t, n)
-	f := startOutageFleet(t, srv, 3, targets)
+	f := startOutageFleet(t, srv, 3, targets, interval)
 	eventually(t, 20*time.Second, "an interval with one prober per target", func() bool {
 		now := time.Now()
 		sum := 0
-		for _, c := range f.probesBetween(now.Add(-outageInterval), now, outageInterval) {
+		for _, c := range f.probesBetween(now.Add(-interval), now, interval) {
 			sum += c
 		}
-		return time.Since(f.settled) > outageInterval && sum <= n*11/10
+		return time.Since(f.settled) > interval && sum <= n*11/10
 	})
 
+	// Leases that moved after the targets came (an instance that went
+	// local under load and came back) leave the checkers' ticks of the
+	// targets they moved aligned to the take, and what follows measures
+	// those, not going local.
+	for i, m := range f.modes {
+		if l := m.wentLocal(); len(l) > 0 {
+			t.Skipf("instance %d went local before Redis stopped (a loaded machine): the ticks are not spread, nothing to measure", i)
+		}
+	}
 	srv.Stop()
 	stopped := time.Now()
 	eventually(t, 10*time.Second, "every instance local with Redis stopped", func() bool {
@@ -257,12 +266,12 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 			last = at
 		}
 	}
-	end := last.Add(2 * outageInterval)
+	end := last.Add(2 * interval)
 	eventually(t, 10*time.Second, "two intervals after the last instance went local", func() bool { return time.Now().After(end.Add(outageTimeout)) })
 
-	steady := f.probesBetween(stopped.Add(-outageInterval), stopped, bucket)
+	steady := f.probesBetween(stopped.Add(-interval), stopped, bucket)
 	counts := f.probesBetween(stopped, end, bucket)
-	perBucket := func(probers int) int { return probers * n * int(bucket) / int(outageInterval) }
+	perBucket := func(probers int) int { return probers * n * int(bucket) / int(interval) }
 	limit := slices.Max(steady) + 2*(perBucket(len(f.ins))-perBucket(1))
 	t.Logf("probe starts per %v, coordinated (the interval before Redis stopped; %d at one probe per target per interval): %v", bucket, perBucket(1), steady)
 	t.Logf("probe starts per %v from Redis stopped (every instance local after %v; %d when every instance probes every target): %v",
@@ -273,7 +282,7 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 		t.Errorf("a burst of %d probe starts in %v after Redis stopped, over %d", peak, bucket, limit)
 	}
 	lastInterval := 0
-	for _, c := range counts[len(counts)-int(outageInterval/bucket):] {
+	for _, c := range counts[len(counts)-int(interval/bucket):] {
 		lastInterval += c
 	}
 	if want := len(f.ins) * n * 8 / 10; lastInterval < want {
