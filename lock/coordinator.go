@@ -451,6 +451,14 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !live && v < c.now()-c.storedAge().Microseconds() {
+		// A holder writes its status at every probe, so a stored status
+		// older than storedAge is no holder's any more: an old one
+		// stored again, perhaps, which an instance that knows nothing
+		// newer (a new one) would otherwise take. It checks the node
+		// itself instead.
+		return
+	}
 	r, had := c.known(key)
 	if had && v == r.version && st.Holder == r.Holder {
 		return // our own write, or a resync of what we have
@@ -472,6 +480,13 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	if !had || !sameVerdict(r.progress(), st.progress(), c.cfg.WAL, false) || r.Holder != st.Holder || r.Addr != st.Addr {
 		c.signal()
 	}
+}
+
+// storedAge is how old a stored status read from Redis may be and count:
+// its holder rewrites it at every probe, so an interval, a probe, a cycle
+// and the longest a Redis call may take.
+func (c *Coordinator) storedAge() time.Duration {
+	return c.b.interval + c.cfg.Timeout + c.b.cycle + MaxCallTimeout
 }
 
 // signal tells Run's view loop to make a new View. c.mu is held.
@@ -536,18 +551,9 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 	c.tend(ctx)
 	if c.Mode() == ModeCoordinated {
 		all, err := c.sub.ReadAll(ctx)
-		// A holder writes its status at every probe, so a stored status
-		// older than an interval, a probe, a cycle and a Redis call is
-		// no holder's any more: an old one stored again, perhaps. This
-		// instance knows nothing newer to hold it against, so it does not
-		// count it and checks the node itself.
-		oldest := c.now() - (c.b.interval + c.cfg.Timeout + c.b.cycle + CallTimeout).Microseconds()
 		for _, s := range all {
 			if s.Err != nil {
 				c.rejected(s.Key, s.Err)
-				continue
-			}
-			if s.Version < oldest {
 				continue
 			}
 			c.applyRemote(s.Key, s.Version, s.Status, false)
