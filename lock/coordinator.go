@@ -210,8 +210,8 @@ func (c *Coordinator) refused(key string, st status, err error) {
 }
 
 // wanted reports whether a status of key can count here: key is a
-// target, or no target is known yet (a cold start answers from every
-// stored status). Statuses of other keys are not kept, so that what is
+// target, or no target is known yet (a cold start answers from the stored
+// statuses the fleet stands by). Statuses of other keys are not kept, so that what is
 // published cannot grow this instance's memory; a genuine one (a node
 // this instance has not read from the registry yet) is read again by the
 // next resync.
@@ -369,6 +369,13 @@ func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	if !ok || r.Addr != addr || r.version < c.joinedAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
+	return c.vouched(key, r)
+}
+
+// vouched reports whether the fleet stands by r, the status applied for
+// key, by its bounds (bounds.stale): written by the live member the fleet
+// gives the key to, recently enough, not ahead of the clock. c.mu is held.
+func (c *Coordinator) vouched(key string, r remoteStatus) bool {
 	return c.b.stale(r.Holder, c.ownerOf(key), r.version, c.members, c.now()) == ""
 }
 
@@ -512,7 +519,7 @@ func (c *Coordinator) view() health.View {
 			// key's owner, or older than the bound: an old one stored
 			// again) must not answer for it, even for a moment.
 			r, ok := c.known(k)
-			if !ok || c.b.stale(r.Holder, c.ownerOf(k), r.version, c.members, c.now()) != "" {
+			if !ok || !c.vouched(k, r) {
 				continue
 			}
 			if p := r.progress(); p.Verdict.State != health.Unknown {
