@@ -38,10 +38,27 @@ func TestCoordinatorReplayedVersion(t *testing.T) {
 	}
 	raw := srv.Client(t)
 	ctx := context.Background()
-	stored, err := raw.HGet(ctx, statusKey("fleet:", "c/a"), "s").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The status replayed is one the receiver has applied: the holder
+	// rewrites its status at every probe but publishes only changes, so
+	// the one stored may be newer than the receiver's, and a newer
+	// status under a forged version is refused, not stale.
+	var stored string
+	eventually(t, 5*time.Second, "a stored status the receiver has applied", func() bool {
+		s, err := raw.HGet(ctx, statusKey("fleet:", "c/a"), "s").Result()
+		if err != nil {
+			return false
+		}
+		st, err := decode("c/a", []byte(s), secret)
+		if err != nil {
+			return false
+		}
+		c := ins[rx].coord
+		c.mu.Lock()
+		applied := c.remote["c/a"].version
+		c.mu.Unlock()
+		stored = s
+		return st.V <= applied
+	})
 	before := obs[rx].count("stale")
 	huge := time.Now().UnixMicro() * 4
 	if err := raw.Publish(ctx, channel("fleet:"), fmt.Sprintf("%d %d %s%s", huge, len("c/a"), "c/a", stored)).Err(); err != nil {
