@@ -47,7 +47,7 @@ func redisOptionsAgree(c *caddy.Controller, cfg *settings, lines map[string]int)
 		return fmt.Errorf("%s:%d - Error during parsing: %s", c.File(), lines[opt], fmt.Sprintf(format, args...))
 	}
 	if cfg.redisURL == "" {
-		for _, opt := range []string{"redis_prefix", "redis_secret", "relay"} {
+		for _, opt := range []string{"redis_prefix", "redis_secret", "relay", "relay_grace"} {
 			if lines[opt] > 0 {
 				return at(opt, "%s needs redis URL: without Redis there is nothing to prefix, sign or relay", opt)
 			}
@@ -56,6 +56,9 @@ func redisOptionsAgree(c *caddy.Controller, cfg *settings, lines map[string]int)
 	}
 	if !cfg.checksOn() && cfg.relayOff {
 		return at("relay", "relay off leaves redis nothing to do without check tcp or check postgres: the fleet shares its health checks and its registry through Redis; remove redis, or turn the relay or the checks on")
+	}
+	if cfg.relayOff && lines["relay_grace"] > 0 {
+		return at("relay_grace", "relay_grace needs the relay: with relay off every instance follows PostgreSQL itself and has no copy to serve")
 	}
 	if cfg.redisPrefix == "" {
 		p := "pgcluster:" + cfg.zones[0] + ":"

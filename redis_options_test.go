@@ -57,6 +57,25 @@ func TestSetupRedisOptions(t *testing.T) {
 		{block("redis redis://h", "relay maybe"), `relay: "maybe" is neither on nor off`, nil},
 		{block("redis redis://h", "relay"), "Wrong argument count", nil},
 		{block("relay on"), "relay needs redis URL", nil},
+		{block("redis redis://h"), "", func(t *testing.T, cfg *settings) {
+			if cfg.relayGrace != defaultRelayGrace {
+				t.Errorf("relay_grace %v by default, want %v", cfg.relayGrace, defaultRelayGrace)
+			}
+		}},
+		{block("redis redis://h", "relay_grace 30s"), "", func(t *testing.T, cfg *settings) {
+			if cfg.relayGrace != 30*time.Second {
+				t.Errorf("relay_grace 30s: %v", cfg.relayGrace)
+			}
+		}},
+		{block("redis redis://h", "relay_grace 0"), "", func(t *testing.T, cfg *settings) {
+			if cfg.relayGrace != 0 {
+				t.Errorf("relay_grace 0: %v", cfg.relayGrace)
+			}
+		}},
+		{block("redis redis://h", "relay_grace soon"), `relay_grace: "soon" is not a positive duration`, nil},
+		{block("redis redis://h", "relay_grace 1s 2s"), "Wrong argument count", nil},
+		{block("check tcp", "redis redis://h", "relay off", "relay_grace 5s"), "relay_grace needs the relay", nil},
+		{block("relay_grace 5s"), "relay_grace needs redis URL", nil},
 		{block("check tcp", "redis_prefix p:"), "redis_prefix needs redis URL", nil},
 		{block("check tcp", "redis_secret "+secret16), "redis_secret needs redis URL", nil},
 		{block("check tcp", "redis redis://h", "redis redis://i"), "redis: given twice", nil},

@@ -29,9 +29,9 @@ const (
 	// relayFailures is how many Redis calls in a row must fail before a
 	// reader follows PostgreSQL itself: one lost reply is no outage.
 	relayFailures = 2
-	// relayGrace is how long a follower may go without a registry session
-	// before it gives the lease up for another instance to try.
-	relayGrace = relayLease
+	// relaySessionGrace is how long a follower may go without a registry
+	// session before it gives the lease up for another instance to try.
+	relaySessionGrace = relayLease
 	// relayRetry: a reader that refused the copy reads it again this soon
 	// (the follower stores its own again over a forged one at its next
 	// renewal), and news that brought nothing is heeded at most this
@@ -122,11 +122,15 @@ type relay struct {
 	redisNow time.Time       // Redis's clock at the last poll, read or renewal
 	redisAt  time.Time       // this host's clock then
 	fails    int             // Redis calls failed in a row
-	back     time.Time       // local: Redis's clock when it answered again
-	leaveBy  time.Time       // leave the lease to others until then
-	left     time.Duration   // the lease's time to live at the last poll, 0 without one
-	started  time.Time       // of run
-	checked  time.Time       // follower: when the copy was last checked
+	failedAt time.Time       // when the first of them failed
+	// rideUntil: a reader that Redis stopped answering serves its copy
+	// until then before it follows PostgreSQL itself (see ride).
+	rideUntil time.Time
+	back      time.Time     // local: Redis's clock when it answered again
+	leaveBy   time.Time     // leave the lease to others until then
+	left      time.Duration // the lease's time to live at the last poll, 0 without one
+	started   time.Time     // of run
+	checked   time.Time     // follower: when the copy was last checked
 	// distrust is since when a reader has refused the copy (zero: it has
 	// not), quiet until when news is not heeded (a read just brought
 	// nothing), and retry re-reads a refused copy, or news held back.
@@ -595,7 +599,7 @@ func (r *relay) rejoin(p lock.CopyPoll, h lock.CopyHead, herr error) {
 
 // renew renews the follower's lease and vouches for the copy while its
 // session is up and every change it read is written; gives the lease up
-// after relayGrace without a session; checks the copy every refresh, and
+// after relaySessionGrace without a session; checks the copy every refresh, and
 // at once when the renewal found it written by someone else.
 func (r *relay) renew() {
 	f := r.follow
@@ -613,8 +617,8 @@ func (r *relay) renew() {
 		return
 	}
 	r.redisOK(rn.Now)
-	if !f.up.Load() && time.Since(time.Unix(0, f.downSince.Load())) > relayGrace {
-		log.Warningf("Registry relay: no registry session for %s: giving the registry lease up for another instance to try", relayGrace)
+	if !f.up.Load() && time.Since(time.Unix(0, f.downSince.Load())) > relaySessionGrace {
+		log.Warningf("Registry relay: no registry session for %s: giving the registry lease up for another instance to try", relaySessionGrace)
 		if err := r.rc.Release(r.ctx); err != nil {
 			r.redisFailed(err)
 			return
@@ -719,7 +723,11 @@ func (r *relay) goLocalQuiet(now time.Time) {
 }
 
 func (r *relay) redisOK(now time.Time) {
+	if !r.rideUntil.IsZero() {
+		r.info.Logf("ride", "Registry relay: Redis answers again after %v: still reading the registry from Redis", time.Since(r.failedAt).Round(time.Millisecond))
+	}
 	r.fails, r.redisNow, r.redisAt = 0, now, time.Now()
+	r.failedAt, r.rideUntil = time.Time{}, time.Time{}
 	r.logged["redis"] = nil
 }
 
@@ -739,10 +747,40 @@ func (r *relay) redisFailed(err error) {
 		return
 	}
 	r.fails++
+	if r.fails == 1 {
+		r.failedAt = time.Now()
+	}
 	r.back = time.Time{}
-	if r.role == roleFollower || r.role == "" || r.fails >= relayFailures {
+	switch {
+	case r.role == roleFollower || r.role == "":
+		r.goLocal(err, time.Time{})
+	case r.fails < relayFailures:
+	case r.role == roleReader && r.hasRows && r.distrust.IsZero() && r.set.relayGrace > 0:
+		r.ride(err)
+	default:
 		r.goLocal(err, time.Time{})
 	}
+}
+
+// ride keeps a reader that Redis stopped answering on the copy it serves
+// for relay_grace, and then for a random part of another, before it
+// follows PostgreSQL itself: a fleet of hundreds that loses Redis for a
+// few seconds opens no registry session at all (max_connections is 100 by
+// default), and one that loses it for longer opens them spread over a
+// grace, not all in the same second. The checks go on meanwhile; what a
+// reader misses is only a registry change made during the outage.
+func (r *relay) ride(err error) {
+	if r.rideUntil.IsZero() {
+		g := r.set.relayGrace
+		r.rideUntil = r.failedAt.Add(g + rand.N(g))
+		r.warn.Logf("ride", "Registry relay: %v: serving the registry as last read from Redis (version %d) for up to %v, then following PostgreSQL here until Redis answers again",
+			err, r.st.Version, time.Until(r.rideUntil).Round(time.Second))
+		return
+	}
+	if time.Now().Before(r.rideUntil) {
+		return
+	}
+	r.goLocal(fmt.Errorf("%w (for %v)", err, time.Since(r.failedAt).Round(time.Millisecond)), time.Time{})
 }
 
 // fromRegistry takes an update of the registry followed here: written to

@@ -1,9 +1,27 @@
 package pgcluster
 
-import "github.com/coredns/caddy"
+import (
+	"time"
 
-// parseRelayOption parses "relay on|off".
-func parseRelayOption(c *caddy.Controller, cfg *settings, args []string) error {
+	"github.com/coredns/caddy"
+)
+
+// defaultRelayGrace is how long a reader keeps serving its last registry
+// copy while Redis does not answer before it follows PostgreSQL itself
+// (see relay_grace): a Redis outage of a few seconds opens no registry
+// session, and a longer one opens them spread over a second grace.
+const defaultRelayGrace = 10 * time.Second
+
+// parseRelayOption parses "relay on|off" and "relay_grace DURATION|0".
+func parseRelayOption(c *caddy.Controller, cfg *settings, opt string, args []string) error {
+	if opt == "relay_grace" {
+		d, err := duration(c, opt, args, 0, true)
+		if err != nil {
+			return err
+		}
+		cfg.relayGrace = d
+		return nil
+	}
 	if len(args) != 1 {
 		return c.ArgErr()
 	}

@@ -57,6 +57,10 @@ type settings struct {
 	// relayOff: with redis, every instance follows PostgreSQL itself
 	// instead of one per fleet (relay.go).
 	relayOff bool
+	// relayGrace: a reader with rows to serve keeps serving them this long
+	// (and up to as long again, at random) while Redis does not answer,
+	// before it follows PostgreSQL itself; 0 follows at once.
+	relayGrace time.Duration
 }
 
 // Check types, and what to answer when every node of a name fails its check.

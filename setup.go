@@ -124,7 +124,7 @@ func (p *PgCluster) stop() {
 func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{},
 		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen,
-		splitBrain: splitBrainClosed, primaryHold: -1}
+		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace}
 	p := &PgCluster{}
 	i := 0
 	given := map[string]int{} // option → its line
@@ -213,8 +213,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseCheckOption(c, cfg, opt, args)
 	case "redis", "redis_prefix", "redis_secret":
 		return parseRedisOption(c, cfg, opt, args)
-	case "relay":
-		return parseRelayOption(c, cfg, args)
+	case "relay", "relay_grace":
+		return parseRelayOption(c, cfg, opt, args)
 	case "ns", "soa":
 		return parseApexOption(c, cfg, opt, args)
 	case "fallthrough":

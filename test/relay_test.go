@@ -28,6 +28,9 @@ const (
 	relaySecret = "relay-test-secret-0123456789abcdef"
 	// relayName is the name every change moves.
 	relayName = "local." + Zone
+	// relayTestGrace is the fleet's relay_grace: how long a reader serves
+	// its copy while Redis does not answer before it follows PostgreSQL.
+	relayTestGrace = 2 * time.Second
 )
 
 // relayWorld is a registry, a redis-server, and the instances of a fleet
@@ -48,8 +51,8 @@ func newRelayWorld(t testing.TB, n int) *relayWorld {
 	t.Helper()
 	w := &relayWorld{t: t, pg: Registry(t), rs: redistest.Start(t), last: 1}
 	w.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES ('local', 'n0', '192.0.2.1', 5432, 'primary')")
-	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_prefix %s\n  redis_secret %s\n }\n}\n",
-		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret)
+	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_prefix %s\n  redis_secret %s\n  relay_grace %v\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, relayTestGrace)
 	w.connect()
 	// Started together, as a fleet's hosts boot: each answers once loaded.
 	var mu sync.Mutex
@@ -447,9 +450,23 @@ func runRelay(t testing.TB, w *relayWorld, changes int, report func(string, ...a
 	report("relay: PostgreSQL back: a change served by all %d within %v", len(ins), took)
 	Eventually(t, 10*time.Second, w.connsAtMost(2))
 
-	// 5. Redis stopped: every instance follows PostgreSQL itself, a change
-	// is served by all; Redis back: the sessions fall back to at most 2.
+	// 5. Redis stopped: the readers serve their copy for relay_grace (no
+	// new registry session: a fleet of hundreds would exhaust
+	// max_connections), then every instance follows PostgreSQL itself, a
+	// change is served by all; Redis back: the sessions fall back to at
+	// most 2.
+	stopped := time.Now()
 	w.rs.Stop()
+	stopConns = w.watchConns()
+	time.Sleep(relayTestGrace * 3 / 4) // the window observed, not a wait for something
+	most, err = stopConns()
+	if err != nil {
+		t.Errorf("sampling pg_stat_activity: %v", err)
+	}
+	report("relay: Redis stopped: at most %d registry sessions from the fleet of %d in the first %v (relay_grace %v)", most, len(ins), relayTestGrace*3/4, relayTestGrace)
+	if most > 2 {
+		t.Errorf("up to %d registry sessions from the fleet within relay_grace of Redis stopping, want at most 2 (the follower's, and a hand-over's)", most)
+	}
 	Eventually(t, 15*time.Second, func() error {
 		n, err := w.fleetConns()
 		if err == nil && n != len(ins) {
@@ -459,7 +476,7 @@ func runRelay(t testing.TB, w *relayWorld, changes int, report func(string, ...a
 	})
 	addr, at = w.change()
 	took = latest(servedAt(t, ins, addr, 10*time.Second)).Sub(at)
-	report("relay: Redis stopped: %d sessions, one per instance; a change served by all within %v", len(ins), took)
+	report("relay: Redis stopped: %d sessions, one per instance, %v after the stop; a change served by all within %v", len(ins), at.Sub(stopped).Round(time.Millisecond), took)
 	if err := w.rs.Start(); err != nil {
 		t.Fatal(err)
 	}
