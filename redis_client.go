@@ -13,12 +13,21 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/lock"
 )
 
-// redisTimeout bounds each dial, read and write to Redis unless the URL sets
-// its own, so that a dead or frozen Redis costs at most that per network
-// step; callers bound a whole call with their context.
-const redisTimeout = 500 * time.Millisecond
+// redisTimeout bounds each dial to Redis, and redisIOTimeout each read and
+// write, unless the URL sets its own, so that a dead or frozen Redis costs
+// at most that per network step. Every caller bounds a whole call with its
+// context, tighter: lock/ gives a call 500 ms, or more (up to
+// lock.MaxCallTimeout) after Redis has been slow, so that a Redis slowed by
+// a loaded machine is given time rather than taken for gone; a read
+// timeout below that would cut the longer deadlines short.
+const (
+	redisTimeout   = 500 * time.Millisecond
+	redisIOTimeout = lock.MaxCallTimeout
+)
 
 // redisForms is what a redis URL may look like, for error messages.
 const redisForms = "write redis://[user:password@]host[:port][/db] (rediss:// for TLS), " +
@@ -60,8 +69,9 @@ type redisConfig struct {
 // a single server, redis-sentinel:// and rediss-sentinel:// the master that
 // Sentinel names, redis-cluster:// and rediss-cluster:// a Redis Cluster. It
 // connects lazily, on the first command. Every client honours its callers'
-// context deadlines (ContextTimeoutEnabled) and bounds each dial, read and
-// write by redisTimeout unless the URL sets its own.
+// context deadlines (ContextTimeoutEnabled) and bounds each dial by
+// redisTimeout, each read and write by redisIOTimeout, unless the URL sets
+// its own.
 func newRedisClient(rawURL string) (redis.UniversalClient, error) {
 	rc, err := parseRedisURL(rawURL)
 	if err != nil {
@@ -180,8 +190,9 @@ func parseClusterURL(path, raw string) (*redis.ClusterOptions, error) {
 }
 
 // setDefaults turns on context deadlines (lock/ refuses a client without
-// them) and bounds each dial, read and write by redisTimeout unless the URL
-// set its own. A URL may not turn a timeout off.
+// them) and bounds each dial by redisTimeout, each read and write by
+// redisIOTimeout, unless the URL set its own. A URL may not turn a timeout
+// off.
 func (rc redisConfig) setDefaults() error {
 	var ctxTimeout *bool
 	var timeouts [3]*time.Duration
@@ -199,8 +210,10 @@ func (rc redisConfig) setDefaults() error {
 	*ctxTimeout = true
 	for i, name := range []string{"dial_timeout", "read_timeout", "write_timeout"} {
 		switch d := timeouts[i]; {
-		case *d == 0:
+		case *d == 0 && i == 0:
 			*d = redisTimeout
+		case *d == 0:
+			*d = redisIOTimeout
 		case *d < 0:
 			return fmt.Errorf("%s: 0 or less turns the timeout off, and a frozen Redis would then hold every call; give a positive duration such as 500ms", name)
 		}

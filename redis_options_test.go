@@ -254,12 +254,12 @@ func TestNewRedisClient(t *testing.T) {
 		url  string
 		want opts
 	}{
-		{"redis://192.0.2.1:6379", opts{ctx: true, dial: redisTimeout, read: redisTimeout, write: redisTimeout}},
-		{"rediss://u:pw@192.0.2.1:6380/1?read_timeout=2s", opts{ctx: true, dial: redisTimeout, read: 2 * time.Second, write: redisTimeout}},
-		{"redis-sentinel://192.0.2.1:26379?master_name=m&addr=192.0.2.2:26379&dial_timeout=1s", opts{ctx: true, dial: time.Second, read: redisTimeout, write: redisTimeout, failover: true}},
-		{"rediss-sentinel://192.0.2.1:26379?master_name=m&context_timeout_enabled=false", opts{ctx: true, dial: redisTimeout, read: redisTimeout, write: redisTimeout, failover: true}},
-		{"redis-cluster://192.0.2.1:7000?addr=192.0.2.2:7000&write_timeout=100ms", opts{ctx: true, dial: redisTimeout, read: redisTimeout, write: 100 * time.Millisecond, isCluster: true}},
-		{"rediss-cluster://192.0.2.1:7000", opts{ctx: true, dial: redisTimeout, read: redisTimeout, write: redisTimeout, isCluster: true}},
+		{"redis://192.0.2.1:6379", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout}},
+		{"rediss://u:pw@192.0.2.1:6380/1?read_timeout=2s", opts{ctx: true, dial: redisTimeout, read: 2 * time.Second, write: redisIOTimeout}},
+		{"redis-sentinel://192.0.2.1:26379?master_name=m&addr=192.0.2.2:26379&dial_timeout=1s", opts{ctx: true, dial: time.Second, read: redisIOTimeout, write: redisIOTimeout, failover: true}},
+		{"rediss-sentinel://192.0.2.1:26379?master_name=m&context_timeout_enabled=false", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, failover: true}},
+		{"redis-cluster://192.0.2.1:7000?addr=192.0.2.2:7000&write_timeout=100ms", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: 100 * time.Millisecond, isCluster: true}},
+		{"rediss-cluster://192.0.2.1:7000", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, isCluster: true}},
 	} {
 		rdb, err := newRedisClient(tc.url)
 		if err != nil {
