@@ -1,0 +1,247 @@
+package test
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// BenchmarkFleetScale starts a fleet of real bin/coredns processes at once
+// (a rollout of a new Deployment) over many real TCP backends on loopback,
+// sharing their checks through one redis-server, and watches whether it
+// settles to one probe per backend per interval and stays there: a fleet
+// whose instances take a missed Redis deadline for an outage probes every
+// backend from every instance, and the connects that adds starve the next
+// instances' Redis calls (a probe storm).
+//
+// Every probe's accept is counted in 100 ms buckets. Printed: the probes
+// per backend per interval in each 10 s window (1.00: one prober), when
+// the fleet settled (from the start, to the first 10 s window within
+// 1.00 ± 0.05 after which every window stays there), the peak 100 ms
+// bucket against the steady state's, how many times instances went into
+// local mode (coredns_pgcluster_redis_mode, sampled every second), and
+// the machine's load average and sockets (/proc/loadavg,
+// /proc/net/sockstat) at the end. b.N is ignored: one run is one
+// measurement.
+//
+// FLEET_SCALE_INSTANCES (default 40), FLEET_SCALE_BACKENDS (1000) and
+// FLEET_SCALE_HOLD (how long it watches after the start, default 5m30s:
+// 30 s to settle and 5 minutes held) size it; check tcp, interval 2s,
+// timeout 500ms, rise 1, fall 1.
+//
+//	go test -run '^$' -bench FleetScale -benchtime 1x -timeout 30m ./test/
+func BenchmarkFleetScale(b *testing.B) {
+	const (
+		interval = 2 * time.Second
+		timeout  = 500 * time.Millisecond
+		window   = 10 * time.Second
+		bucket   = 100 * time.Millisecond
+	)
+	n := envInt(b, "FLEET_SCALE_INSTANCES", 40)
+	m := envInt(b, "FLEET_SCALE_BACKENDS", 1000)
+	hold := 5*time.Minute + 30*time.Second
+	if v := os.Getenv("FLEET_SCALE_HOLD"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("FLEET_SCALE_HOLD=%q: %v", v, err)
+		}
+		hold = d
+	}
+
+	rs := redistest.Start(b)
+	reg := Registry(b)
+	counts := newProbeCounter(hold+time.Minute, bucket)
+	var rows []string
+	for i := range m {
+		host := fmt.Sprintf("127.1.%d.%d", i/250, i%250+1)
+		port := listenCounting(b, host, counts)
+		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %d, 'standby')", i, host, port))
+	}
+	for c := range slices.Chunk(rows, 500) {
+		reg.MustExec(b, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(c, ", "))
+	}
+	corefile := fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  allow_loopback\n  check tcp\n  interval %v\n  timeout %v\n  rise 1\n  fall 1\n  redis %s\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, reg.DSN(""), interval, timeout, rs.URL())
+
+	// Started together, as a rollout's pods are.
+	counts.start(time.Now())
+	start := time.Now()
+	ins := make([]*Instance, n)
+	var wg sync.WaitGroup
+	for i := range ins {
+		wg.Go(func() { ins[i] = StartFleetInstanceNoWait(b, corefile) })
+	}
+	wg.Wait()
+	fmt.Printf("fleet scale: %d instances x %d backends, interval %v: started in %v\n", n, m, interval, time.Since(start).Round(time.Millisecond))
+
+	// Local mode, sampled every second per instance.
+	var wentLocal atomic.Int64
+	stopModes := make(chan struct{})
+	modesDone := make(chan struct{})
+	go func() {
+		defer close(modesDone)
+		local := make([]bool, n)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopModes:
+				return
+			case <-t.C:
+			}
+			for i, in := range ins {
+				body, err := get(in.MetricsURL())
+				if err != nil {
+					continue
+				}
+				v, _ := metricValue(body, modeLocal)
+				if now := v == 1; now != local[i] {
+					if now {
+						wentLocal.Add(1)
+					}
+					local[i] = now
+				}
+			}
+		}
+	}()
+	time.Sleep(time.Until(start.Add(hold))) // the window watched
+	close(stopModes)
+	<-modesDone
+	end := time.Now()
+
+	perInterval := func(from, to time.Time) float64 {
+		return float64(counts.between(from, to)) / float64(m) / (to.Sub(from).Seconds() / interval.Seconds())
+	}
+	var settled time.Duration = -1
+	var worst float64
+	var line []string
+	for from := start; !from.Add(window).After(end); from = from.Add(window) {
+		r := perInterval(from, from.Add(window))
+		line = append(line, fmt.Sprintf("%.2f", r))
+		if r < 0.95 || r > 1.05 {
+			settled = -1
+			worst = 0
+			continue
+		}
+		if settled < 0 {
+			settled = from.Sub(start)
+		}
+		worst = max(worst, abs(r-1))
+	}
+	fmt.Printf("fleet scale: probes per backend per interval, each %v from the start: %s\n", window, strings.Join(line, " "))
+	if settled < 0 {
+		fmt.Printf("fleet scale: NOT settled to 1.00 ± 0.05 by the end (%v)\n", hold)
+	} else {
+		fmt.Printf("fleet scale: settled to 1.00 ± 0.05 at %v after the start and stayed there for %v (largest deviation %.3f)\n",
+			settled, end.Sub(start.Add(settled)).Round(time.Second), worst)
+	}
+	steady := float64(m) / interval.Seconds() * bucket.Seconds()
+	peak, at := counts.peak()
+	fmt.Printf("fleet scale: peak %d probes in a %v bucket at %v after the start; steady state %.0f (x%.2f)\n",
+		peak, bucket, at.Round(bucket), steady, float64(peak)/steady)
+	fmt.Printf("fleet scale: instances went into local mode %d times (sampled every second)\n", wentLocal.Load())
+	load, _ := os.ReadFile("/proc/loadavg")
+	sock, _ := os.ReadFile("/proc/net/sockstat")
+	fmt.Printf("fleet scale: load average %s", load)
+	for l := range strings.Lines(string(sock)) {
+		if strings.HasPrefix(l, "sockets:") || strings.HasPrefix(l, "TCP:") {
+			fmt.Printf("fleet scale: %s", l)
+		}
+	}
+}
+
+// probeCounter counts probes in fixed buckets from its start.
+type probeCounter struct {
+	bucket time.Duration
+	from   atomic.Int64 // Unix ns of the start; 0 before
+	n      []atomic.Int64
+}
+
+func newProbeCounter(span, bucket time.Duration) *probeCounter {
+	return &probeCounter{bucket: bucket, n: make([]atomic.Int64, span/bucket+1)}
+}
+
+func (c *probeCounter) start(t time.Time) { c.from.Store(t.UnixNano()) }
+
+func (c *probeCounter) add(t time.Time) {
+	from := c.from.Load()
+	if from == 0 {
+		return
+	}
+	if i := int(time.Duration(t.UnixNano()-from) / c.bucket); i >= 0 && i < len(c.n) {
+		c.n[i].Add(1)
+	}
+}
+
+// between counts the probes of the buckets wholly in [from, to).
+func (c *probeCounter) between(from, to time.Time) int64 {
+	base := time.Unix(0, c.from.Load())
+	var sum int64
+	for i := int(from.Sub(base) / c.bucket); i < int(to.Sub(base)/c.bucket) && i < len(c.n); i++ {
+		sum += c.n[i].Load()
+	}
+	return sum
+}
+
+// peak is the fullest bucket and when it began, from the start.
+func (c *probeCounter) peak() (int64, time.Duration) {
+	var most int64
+	var at int
+	for i := range c.n {
+		if v := c.n[i].Load(); v > most {
+			most, at = v, i
+		}
+	}
+	return most, time.Duration(at) * c.bucket
+}
+
+// listenCounting accepts and closes every connection to host on a free
+// port, counting each in c; it returns the port.
+func listenCounting(t testing.TB, host string, c *probeCounter) int {
+	t.Helper()
+	l, err := net.Listen("tcp", host+":0")
+	if err != nil {
+		t.Fatalf("listen on %s: %v", host, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.add(time.Now())
+			conn.Close()
+		}
+	}()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// envInt is the positive integer in the environment variable name, or def.
+func envInt(t testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: not a positive integer", name, v)
+	}
+	return n
+}
+
+func abs(f float64) float64 {
+	if f < 0 {
+		return -f
+	}
+	return f
+}
