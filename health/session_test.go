@@ -35,6 +35,7 @@ func TestSessionSeesPromotion(t *testing.T) {
 	c := mustNew(t, sessionConfig(&open))
 	c.SetTargets([]Target{{"c/primary", pgAddr(primary)}, {"c/standby", pgAddr(standby)}})
 	rec, _ := start(t, c, 0)
+	probeFirst(t, c, "c/primary", "c/standby")
 	p := rec.waitVerdict("c/primary", 10*time.Second, isState(Up, CauseOK))
 	s := rec.waitVerdict("c/standby", 10*time.Second, isState(Up, CauseOK))
 	if p.Role != RolePrimary || p.Timeline != 1 || p.SystemID == 0 {
@@ -289,9 +290,32 @@ func startOneSession(t *testing.T, cfg Config, addr netip.AddrPort, open *atomic
 	c := mustNew(t, cfg)
 	c.SetTargets([]Target{{"c/pg", addr}})
 	rec, _ := start(t, c, 0)
+	probeFirst(t, c, "c/pg")
 	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
 	waitSessions(t, open, 1)
 	return rec
+}
+
+// probeFirst asks for the first probe of keys at once, as soon as c runs.
+// A target's first tick falls at a random point of its first Interval (10 s
+// in sessionConfig), which a 10 s wait for Up would race: it lost under
+// load, when the tick came late in the Interval and the probe took long.
+func probeFirst(t testing.TB, c *Checker, keys ...string) {
+	t.Helper()
+	err := pgtest.WaitFor(5*time.Second, func() error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.run == nil {
+			return errors.New("Run has not started")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		c.ProbeNow(k)
+	}
 }
 
 // waitSessions waits until n sessions are open.
