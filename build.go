@@ -66,7 +66,7 @@ func buildCluster(set *settings, view health.View, held, name string, rows []Nod
 		b.addEmptyNonTerminals()
 		cb.parts = append(cb.parts, newPart(b.names))
 	}
-	cb.hash = clusterHash(c, cb.stat.held)
+	cb.hash = clusterHash(c, cb.stat.held+"/"+cb.stat.handedTo)
 	return cb
 }
 
@@ -119,6 +119,11 @@ func (b *builder) cluster(c *cluster) {
 	}
 	all, allOpen := pick(c, serving), pick(c, down)
 	primaries := c.primaries
+	if handed := b.handedTo(c, primaries); handed != nil {
+		// The old primary is on its way out: the promoted one is the one.
+		primaries = []*member{handed}
+		b.cb.stat.handedTo = handed.Name
+	}
 	primaryOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == rolePrimary })
 	standbys := pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging })
 	standbyOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
@@ -144,6 +149,7 @@ func (b *builder) cluster(c *cluster) {
 		primary, primaryOpen = []*member{held}, nil
 		b.cb.stat.held = held.Name
 	}
+
 	b.set("", all, allOpen)
 	b.set(labelPrimary+".", primary, primaryOpen)
 	pe := b.entry(labelPrimary + ".")
@@ -170,6 +176,21 @@ func (b *builder) heldPrimary(c *cluster, primaries []*member) *member {
 	for _, m := range c.members {
 		if m.Name == b.cb.held && !m.serving && m.registryOK && !m.stale &&
 			strings.HasPrefix(m.reason, reasonCheckPrefix) && lastRole(m) == rolePrimary {
+			return m
+		}
+	}
+	return nil
+}
+
+// handedTo is the promoted primary that primary. answers for the hand-over
+// (see primary_hold.go): the one the publisher asked for, while it is still
+// the promoted one of several claimants. Else nil.
+func (b *builder) handedTo(c *cluster, primaries []*member) *member {
+	if b.cb.held == "" || len(primaries) < 2 || b.cb.stat.promoted != b.cb.held {
+		return nil
+	}
+	for _, m := range primaries {
+		if m.Name == b.cb.held {
 			return m
 		}
 	}

@@ -202,7 +202,11 @@ func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, fir
 	case wasStat.held != "" && isStat.held == "" && len(isStat.primaries) == 0:
 		log.Warningf("Cluster %q: no node became primary while primary.%s held %s: primary.%s has no address", name, name, wasStat.held, name)
 	}
-	if len(isStat.primaries) > 1 && len(wasStat.primaries) <= 1 {
+	switch {
+	case isStat.handedTo != "" && wasStat.handedTo == "":
+		log.Infof("Cluster %q: %s was promoted while %v still claims to be primary: primary.%s answers %s for up to %s, and has no address if both still claim the role then",
+			name, isStat.handedTo, slices.DeleteFunc(slices.Clone(isStat.primaries), func(n string) bool { return n == isStat.handedTo }), name, isStat.handedTo, pb.set.handoverFor())
+	case isStat.split() && !wasStat.split():
 		log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(isStat.primaries), isStat.primaries, name)
 	}
 	var wasSkipped, isSkipped []skipped

@@ -126,6 +126,23 @@ func (s *settings) holdFor() time.Duration {
 	return time.Duration(s.fall)*s.interval + s.timeout
 }
 
+// handoverFor is how long primary. answers a promoted primary while the
+// primary it replaces still claims the role (see primary_hold.go): a role
+// poll and its timeout, by when the old primary's session has ended or
+// failed. 0 without sessions (the probes of interval would take seconds to
+// see the old primary go: too long to answer past a split brain) and with
+// split_brain newest_timeline (which answers the promoted one anyway).
+func (s *settings) handoverFor() time.Duration {
+	if s.check != checkPostgres || s.roleInterval == health.NoSessions || s.splitBrain != splitBrainClosed {
+		return 0
+	}
+	ri := s.roleInterval
+	if ri == 0 {
+		ri = defaultRoleInterval
+	}
+	return ri + s.timeout
+}
+
 // resolveAddrs finds this host's outbound addresses: for ns.<zone>, and for
 // the self options given without an address. A self option that finds none
 // is dropped with a warning: its node's loopback address stays unadvertised.

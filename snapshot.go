@@ -157,7 +157,15 @@ type clusterStat struct {
 	serving, out int
 	primaries    []string
 	held         string // the node primary. holds, if any
+	// promoted is, while several nodes claim to be primary, the one a
+	// promotion made (see cluster.promoted); handedTo says that primary.
+	// answers it for the hand-over (see primary_hold.go).
+	promoted, handedTo string
 }
+
+// split reports a split brain: several nodes claim to be primary, and
+// primary. has no address (no hand-over).
+func (st clusterStat) split() bool { return len(st.primaries) > 1 && st.handedTo == "" }
 
 // snapshot is an immutable view of every name pgcluster answers. The query
 // path reads it without locks; a change publishes a new one (next) that
@@ -386,7 +394,7 @@ func (n *snapshot) drop(cb *clusterBuild) {
 	}
 	n.hash -= cb.hash
 	n.failOpen -= cb.failOpen
-	if len(cb.stat.primaries) > 1 {
+	if cb.stat.split() {
 		n.split--
 	}
 	if cb.stat.held != "" {
@@ -402,7 +410,7 @@ func (n *snapshot) add(cb *clusterBuild) {
 	n.clusters[cb.name] = cb
 	n.hash += cb.hash
 	n.failOpen += cb.failOpen
-	if len(cb.stat.primaries) > 1 {
+	if cb.stat.split() {
 		n.split++
 	}
 	if cb.stat.held != "" {

@@ -194,6 +194,97 @@ func TestPrimaryHold(t *testing.T) {
 	})
 }
 
+// A standby promoted before the old primary's session has ended: both claim
+// the role for a moment, and primary. answers the promoted one (on the
+// newer timeline of the same system) rather than nothing; the old one
+// leaving then changes nothing. If the old primary still claims the role
+// after role_interval + timeout, it is a split brain and primary. closes.
+// Claimants of different systems, or on one timeline, get no hand-over,
+// nor does a promotion with split_brain newest_timeline (which answers the
+// promoted one anyway) or without sessions.
+func TestPrimaryHandover(t *testing.T) {
+	const sys = 42
+	up := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}
+	both := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
+	gone := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
+	want := func(t *testing.T, p *PgCluster, addrs, txt string) {
+		t.Helper()
+		s := p.snap.Load()
+		got, gotTXT := addrsOf(entryOf(s, "primary.local."+testZone)), txtOf(s, "primary.local."+testZone)
+		if got != addrs || !strings.Contains(gotTXT, txt) {
+			t.Errorf("primary.: %q %s, want %q with %s", got, gotTXT, addrs, txt)
+		}
+	}
+	handover := switchoverSettings().handoverFor()
+	if handover != health.DefaultRoleInterval+time.Second {
+		t.Fatalf("handoverFor %v, want role_interval + timeout", handover)
+	}
+
+	t.Run("old primary leaves", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, pb := servingPrimary(switchoverSettings(), up)
+			pb.setView(both)
+			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
+			if n := p.snap.Load().split; n != 0 {
+				t.Errorf("%d clusters counted in split brain during the hand-over", n)
+			}
+			time.Sleep(handover / 2)
+			pb.setView(gone)
+			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
+			time.Sleep(2 * handover) // past the hand-over's end: nothing to end
+			synctest.Wait()
+			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
+		})
+	})
+
+	t.Run("old primary stays", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			p, pb := servingPrimary(switchoverSettings(), up)
+			pb.setView(both)
+			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
+			time.Sleep(handover - time.Millisecond)
+			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
+			want(t, p, "", `"state=split_brain" "primaries=2"`)
+			if n := p.snap.Load().split; n != 1 {
+				t.Errorf("%d clusters counted in split brain, want 1", n)
+			}
+			// Still both: no second hand-over.
+			pb.setView(health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": downAs("standby", health.CauseRefused, 0, sys)})
+			want(t, p, "", `"state=split_brain"`)
+		})
+	})
+
+	for _, tt := range []struct {
+		name string
+		set  func(*settings)
+		view health.View
+		addr string
+	}{
+		{"two systems", nil, health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys+1), "local/pg3": upAs("standby", 0, sys)}, ""},
+		{"one timeline", nil, health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}, ""},
+		{"older timeline promoted", nil, health.View{"local/pg1": upAs("primary", 2, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}, ""},
+		{"no sessions", func(s *settings) { s.roleInterval = health.NoSessions }, both, ""},
+		{"newest_timeline", func(s *settings) { s.splitBrain = splitBrainNewestTimeline }, both, "127.0.0.12"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				set := switchoverSettings()
+				if tt.set != nil {
+					tt.set(set)
+				}
+				p, pb := servingPrimary(set, up)
+				pb.setView(tt.view)
+				want(t, p, tt.addr, "")
+				if tt.addr == "" {
+					want(t, p, "", `"state=split_brain"`)
+				}
+			})
+		})
+	}
+}
+
 // servingPrimary is a publisher of set with the switchover nodes and the
 // view up: pg1 the serving primary.
 func servingPrimary(set *settings, up health.View) (*PgCluster, *publisher) {

@@ -146,6 +146,9 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 	for _, m := range c.primaries {
 		cb.stat.primaries = append(cb.stat.primaries, m.Name)
 	}
+	if p := c.promoted(); p != nil {
+		cb.stat.promoted = p.Name
+	}
 	return c
 }
 

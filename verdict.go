@@ -132,6 +132,36 @@ func (c *cluster) judgeTimelines() {
 	}
 }
 
+// promoted is, while more than one serving member claims to be primary,
+// the one a promotion made: every claimant of one system (one initdb), one
+// on a timeline newer than all the others'. A planned switchover or a
+// fail-over looks so for the moment between the promoted server's first
+// poll as primary and the old primary's session ending (heard in the same
+// instant by one instance, a few milliseconds apart through Redis, later on
+// a loaded machine): see the hand-over in primary_hold.go. Else nil.
+func (c *cluster) promoted() *member {
+	if len(c.primaries) < 2 {
+		return nil
+	}
+	var newest *member
+	tied := false
+	for _, m := range c.primaries {
+		if m.check.Timeline == 0 || m.check.SystemID == 0 || m.check.SystemID != c.primaries[0].check.SystemID {
+			return nil
+		}
+		switch {
+		case newest == nil || m.check.Timeline > newest.check.Timeline:
+			newest, tied = m, false
+		case m.check.Timeline == newest.check.Timeline:
+			tied = true
+		}
+	}
+	if tied {
+		return nil
+	}
+	return newest
+}
+
 // judgePrimaries finds the serving members that claim to be primary. A
 // primary whose server ended the check's session is leaving (shutting down
 // or dead, until the probe that follows says which): it does not make a
