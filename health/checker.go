@@ -3,6 +3,7 @@ package health
 import (
 	"context"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -28,6 +29,7 @@ type Checker struct {
 	mu      sync.Mutex
 	targets map[string]Target // the set given to SetTargets
 	run     *run              // non-nil while Run runs
+	rate    float64           // the probe budget, probes a second; 0: none
 }
 
 // run is the state of one Run call; its maps are guarded by Checker.mu.
@@ -39,11 +41,13 @@ type run struct {
 	changed  bool               // a transition not yet published
 	walMoved bool               // a WAL position moved since the last publish
 	wake     chan struct{}      // capacity 1: tells the publisher to look
+	budget   *budget            // spaces the probes by the probe budget
 }
 
 // worker is one target: a timer that starts each probe in a goroutine of its
 // own, which judges the result and arms the timer for the next. Between
-// probes a target holds no goroutine, only the timer and its tracker.
+// probes a target holds no goroutine, only the timer and its tracker, nor
+// while its probe waits for the probe budget.
 type worker struct {
 	t      Target
 	ctx    context.Context // cancelled when the target goes: cuts a probe in flight short
@@ -66,6 +70,14 @@ type worker struct {
 	urgent bool
 	// again: ProbeNow came while a tick ran: the next tick runs at once.
 	again bool
+	// queued: the probe waits for the probe budget (budget.admit).
+	queued bool
+
+	// Guarded by the Run's budget.mu: the place in its queue (-1: not in
+	// it), the key it is ordered by and when it came.
+	qi       int
+	key      time.Time
+	queuedAt time.Time
 }
 
 // New returns a Checker for cfg, with defaults applied to its zero fields.
@@ -74,7 +86,7 @@ func New(cfg Config) (*Checker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	c := &Checker{cfg: cfg, targets: map[string]Target{}}
+	c := &Checker{cfg: cfg, targets: map[string]Target{}, rate: cfg.ProbeBudget}
 	switch cfg.Check {
 	case CheckTCP:
 		c.probe = tcpProbe(cfg.Timeout)
@@ -126,6 +138,7 @@ func (c *Checker) Run(ctx context.Context, publish func(View)) {
 		c.mu.Unlock()
 		panic("health: Run called while another Run of the same Checker is running")
 	}
+	r.budget = newBudget(c.rate, &r.wg, func(w *worker, waited time.Duration) bool { return c.granted(r, w, waited) })
 	c.run = r
 	c.sync(r)
 	c.mu.Unlock()
@@ -137,6 +150,7 @@ func (c *Checker) Run(ctx context.Context, publish func(View)) {
 		}
 		c.run = nil
 		c.mu.Unlock()
+		r.budget.close()
 		r.wg.Wait()
 	}()
 	c.publishLoop(r, publish)
@@ -160,7 +174,7 @@ func (c *Checker) sync(r *run) {
 			continue
 		}
 		ctx, cancel := context.WithCancel(r.ctx)
-		w := &worker{t: t, ctx: ctx, cancel: cancel, tr: tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}}
+		w := &worker{t: t, ctx: ctx, cancel: cancel, tr: tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}, qi: -1}
 		r.workers[k] = w
 		r.wg.Add(1) // until the worker ends: see stop and tick
 		w.mu.Lock()
@@ -181,12 +195,16 @@ func (r *run) signal() {
 }
 
 // stop ends a worker: a probe in flight is cut short, none starts again.
-// The worker's wg count is released here when its timer was pending, else by
-// the tick that runs or is about to run.
+// The worker's wg count is released here when its timer was pending or its
+// probe was waiting for the budget, else by the tick that runs or is about
+// to run.
 func (r *run) stop(w *worker) {
 	w.mu.Lock()
 	w.stopped = true
 	pending := w.timer.Stop()
+	if w.queued && r.budget.remove(w) {
+		w.queued, pending = false, true
+	}
 	w.mu.Unlock()
 	w.cancel()
 	if pending {
@@ -194,40 +212,111 @@ func (r *run) stop(w *worker) {
 	}
 }
 
-// tick runs one probe of w, judges it, reports, and arms the timer for the
-// next probe: Interval after this one started, or at once when this one took
-// longer. Never two in flight. A probe that connected opens the session of
-// RoleInterval, where one may be kept; a tick that does not probe, and a
-// probe that failed, close it.
+// tick runs when w's probe falls due: it asks Shared whether this checker
+// probes w and, when it does, probes it once the probe budget allows (see
+// check); otherwise it closes w's session and arms the timer for the next
+// tick, an Interval on.
 func (c *Checker) tick(r *run, w *worker) {
 	if w.isStopped() {
 		r.wg.Done()
 		return
 	}
+	now := time.Now()
+	probe, continuing := c.claim(w)
+	if !probe {
+		c.next(r, w, now, false)
+		return
+	}
+	// When the budget is short, the probes due longest ago go first, and
+	// a target this checker probed at its last tick (with Shared: one this
+	// instance holds, or took up before) an Interval ahead of one it takes
+	// up now: the verdicts it already gives keep their rhythm, and a target
+	// taken up waits at most an Interval longer than they do.
+	key := now
+	if continuing {
+		key = now.Add(-c.cfg.Interval)
+	}
+	if !c.admit(r, w, key) {
+		return // stopped, or the budget starts the probe in its turn (granted)
+	}
+	c.check(r, w)
+}
+
+// admit reports whether w's probe may start now. Otherwise w was stopped
+// (its wg count released here) or waits for the budget, which starts the
+// probe in its turn; w holds its wg count meanwhile.
+func (c *Checker) admit(r *run, w *worker, key time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		r.wg.Done()
+		return false
+	}
+	if r.budget.admit(w, key) {
+		return true
+	}
+	w.queued = true
+	return false
+}
+
+// granted starts w's probe, whose turn came after it waited for the
+// budget, unless w stopped or Shared no longer gives w to this checker (the
+// fleet gave it back meanwhile), and reports whether it started.
+func (c *Checker) granted(r *run, w *worker, waited time.Duration) bool {
+	w.mu.Lock()
+	w.queued = false
+	stopped := w.stopped
+	w.mu.Unlock()
+	if stopped {
+		r.wg.Done()
+		return false
+	}
+	if probe, _ := c.claim(w); !probe {
+		c.next(r, w, time.Now(), false)
+		return false
+	}
+	if c.cfg.ObserveBudget != nil {
+		c.cfg.ObserveBudget(waited)
+	}
+	go c.check(r, w)
+	return true
+}
+
+// check runs one probe of w, judges it, reports, and arms the timer for the
+// next tick: Interval after this probe started, or at once when it took
+// longer. Never two in flight. A probe that connected opens the session of
+// RoleInterval, where one may be kept; a tick that does not probe, and a
+// probe that failed, close it.
+func (c *Checker) check(r *run, w *worker) {
 	start := time.Now()
 	keep := false
-	if c.claim(w) {
-		urgent := w.takeUrgent()
-		res := c.probeOnce(w.ctx, w.t.Addr)
-		if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
-			if c.cfg.Observe != nil {
-				c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
-			}
-			w.trMu.Lock()
-			var changed, walMoved bool
-			if urgent && going(res.cause) {
-				changed = w.tr.down(res, start)
-			} else {
-				changed, walMoved = w.tr.record(res, start)
-			}
-			c.recorded(r, w, changed, walMoved)
-			w.trMu.Unlock()
-			// A server that refuses new sessions with 57P03 may be waiting
-			// for every session to end (a smart shutdown): ours must not
-			// hold it up.
-			keep = res.cause == CauseOK && c.mayKeepSession(w)
+	urgent := w.takeUrgent()
+	res := c.probeOnce(w.ctx, w.t.Addr)
+	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
+		if c.cfg.Observe != nil {
+			c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
 		}
+		w.trMu.Lock()
+		var changed, walMoved bool
+		if urgent && going(res.cause) {
+			changed = w.tr.down(res, start)
+		} else {
+			changed, walMoved = w.tr.record(res, start)
+		}
+		c.recorded(r, w, changed, walMoved)
+		w.trMu.Unlock()
+		// A server that refuses new sessions with 57P03 may be waiting
+		// for every session to end (a smart shutdown): ours must not
+		// hold it up.
+		keep = res.cause == CauseOK && c.mayKeepSession(w)
 	}
+	c.next(r, w, start, keep)
+}
+
+// next opens w's session when keep, else closes it, and arms the timer for
+// w's next tick, Interval after start (at once after a ProbeNow that came
+// meanwhile), unless w stopped.
+func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
 	if keep {
 		c.openSession(r, w)
 	} else {
@@ -266,30 +355,33 @@ func (w *worker) takeUrgent() bool {
 
 // claim reports whether this tick probes w: always without Shared; with it,
 // when Shared says so, continuing from its seed when w was not probing.
-func (c *Checker) claim(w *worker) bool {
+// continuing: w's last tick probed it too.
+func (c *Checker) claim(w *worker) (probe, continuing bool) {
 	w.trMu.Lock()
 	defer w.trMu.Unlock()
+	continuing = w.probing
 	if c.cfg.Shared == nil {
 		w.probing = true
-		return true
+		return true, continuing
 	}
 	probe, seed := c.cfg.Shared.Claim(w.t)
 	if !probe {
 		w.probing = false
-		return false
+		return false, continuing
 	}
 	if !w.probing && !seed.isZero() {
 		w.tr.load(seed)
 	}
 	w.probing = true
-	return true
+	return true, continuing
 }
 
 // ProbeNow probes the target key at once, or as soon as the probe in flight
 // ends, unless it is not a target of a running Run: with Shared, a checker
 // that has just been given a target calls it so that the target is not left
 // unprobed until its next tick; a session that ended calls it to learn at
-// once whether the server is going.
+// once whether the server is going. The probe budget applies: a probe
+// waiting for it is not started again, as it has not started yet.
 func (c *Checker) ProbeNow(key string) {
 	c.mu.Lock()
 	var w *worker
@@ -303,11 +395,26 @@ func (c *Checker) ProbeNow(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.stopped:
+	case w.stopped, w.queued:
 	case w.timer.Stop():
 		w.timer.Reset(0)
 	default: // a tick runs or is about to: the next one follows it at once
 		w.again = true
+	}
+}
+
+// SetProbeBudget changes Config.ProbeBudget: at most perSecond probes start
+// a second, 0 for no budget (a negative, NaN or infinite rate is taken as
+// 0). Probes waiting for the budget start by the new rate.
+func (c *Checker) SetProbeBudget(perSecond float64) {
+	if !(perSecond > 0) || math.IsInf(perSecond, 1) {
+		perSecond = 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rate = perSecond
+	if c.run != nil {
+		c.run.budget.setRate(perSecond)
 	}
 }
 

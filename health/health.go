@@ -3,6 +3,7 @@ package health
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"time"
 )
@@ -148,6 +149,19 @@ type Config struct {
 	// Shared, if set, shares the checking of the targets with other checkers (a fleet): it says
 	// before each probe whether this checker probes the target, and hears every result.
 	Shared Shared
+	// ProbeBudget, if positive, bounds the probes this checker starts: at most ProbeBudget a
+	// second, with bursts of 50 ms worth (at least one), so that a fleet whose instances all
+	// start probing every target (Redis lost) multiplies its connections by the budget, not by
+	// the targets. Each probe opens a connection; the sessions of RoleInterval and their polls
+	// are not counted. A probe that finds the budget spent waits its turn: the probes due
+	// longest ago go first, those of targets this checker probed at their last tick an Interval
+	// ahead of the others, and a probe whose turn comes is not started if Shared no longer gives
+	// the target to this checker. While the budget is short every target is still probed in
+	// turn, about every targets/ProbeBudget seconds. 0: no budget. SetProbeBudget changes it.
+	ProbeBudget float64
+	// ObserveBudget, if set, hears each probe that waited for ProbeBudget before it started, and
+	// how long it waited. Called concurrently, like Observe.
+	ObserveBudget func(waited time.Duration)
 }
 
 // Progress is a target's verdict with the rise/fall counters that led to it, so that
@@ -204,6 +218,9 @@ func (cfg *Config) validate() error {
 	}
 	if err := defaultCount(&cfg.Rise, DefaultRise, "Rise"); err != nil {
 		return err
+	}
+	if !(cfg.ProbeBudget >= 0) || math.IsInf(cfg.ProbeBudget, 1) {
+		return fmt.Errorf("health: ProbeBudget %v is not a rate: give the probes a second at most, or 0 for no budget", cfg.ProbeBudget)
 	}
 	return defaultCount(&cfg.Fall, DefaultFall, "Fall")
 }
