@@ -13,7 +13,7 @@ import (
 
 // parseCheckOption parses the options of the active health checks: check,
 // interval, timeout, rise, fall, max_lag, all_down, role_interval,
-// split_brain and primary_hold.
+// split_brain, primary_hold and probe_budget.
 func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []string) error {
 	switch opt {
 	case "check":
@@ -105,8 +105,41 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 			return err
 		}
 		cfg.primaryHold = d
+	case "probe_budget":
+		if len(args) != 1 {
+			return c.ArgErr()
+		}
+		if args[0] == "off" || args[0] == "0" {
+			cfg.probeBudget = 0
+			return nil
+		}
+		n, err := strconv.Atoi(args[0])
+		if err != nil || n < 1 || n > maxProbeBudget {
+			return c.Errf("probe_budget: %q is not a number of probes a second from 1 to %d, or off", args[0], maxProbeBudget)
+		}
+		cfg.probeBudget = n
 	}
 	return nil
+}
+
+// probeBudgetFor is the probe budget, in probes a second, while nodes are
+// checked: probe_budget, or by default, with redis, the larger of
+// probeBudgetFloor and half the nodes' probes a second (nodes / 2
+// intervals), and none without redis. A fleet's instances share the probes
+// (about nodes / instances each an interval), so the default never holds
+// them back while two or more share them, and an instance that loses Redis
+// and probes every node itself does so at most at half the rate, each node
+// at least every two intervals: a fleet that loses Redis raises its probes
+// by the budget, not by the nodes. An instance alone probes every node
+// anyway; nothing multiplies its probes.
+func (s *settings) probeBudgetFor(nodes int) float64 {
+	switch {
+	case s.probeBudget >= 0:
+		return float64(s.probeBudget)
+	case s.redisURL == "":
+		return 0
+	}
+	return max(probeBudgetFloor, float64(nodes)/(2*s.interval.Seconds()))
 }
 
 // checkOptionsAgree refuses check options that cannot work together.
@@ -120,6 +153,9 @@ func checkOptionsAgree(cfg *settings) error {
 	}
 	if cfg.primaryHold >= 0 && !cfg.checksOn() {
 		return errors.New("primary_hold needs a check: only a check takes a primary out")
+	}
+	if cfg.probeBudget != probeBudgetDefault && !cfg.checksOn() {
+		return errors.New("probe_budget needs a check: only the checks probe")
 	}
 	if cfg.splitBrain == splitBrainNewestTimeline && cfg.check != checkPostgres {
 		return errors.New("split_brain newest_timeline needs check postgres: only it reads the timelines")

@@ -85,6 +85,50 @@ func TestSetupCheckOptions(t *testing.T) {
 		{block("check tcp", "split_brain newest_timeline"), "split_brain newest_timeline needs check postgres", nil},
 		{block("primary_hold 5s"), "primary_hold needs a check", nil},
 		{block("check tcp", "primary_hold forever"), "primary_hold", nil},
+
+		// The probe budget: by default none alone, and with redis half the
+		// nodes' probes a second, at least 200; a number, or off.
+		{block("check tcp"), "", func(t *testing.T, cfg *settings) {
+			if got := cfg.probeBudgetFor(1000); got != 0 {
+				t.Errorf("default without redis: %v probes/s, want none", got)
+			}
+		}},
+		{block("check tcp", "redis redis://127.0.0.1:6379"), "", func(t *testing.T, cfg *settings) {
+			for nodes, want := range map[int]float64{0: 200, 300: 200, 1000: 250, 10000: 2500} {
+				if got := cfg.probeBudgetFor(nodes); got != want {
+					t.Errorf("default with redis, %d nodes at 2s: %v probes/s, want %v", nodes, got, want)
+				}
+			}
+		}},
+		{block("check tcp", "interval 500ms", "timeout 100ms", "redis redis://127.0.0.1:6379"), "", func(t *testing.T, cfg *settings) {
+			if got := cfg.probeBudgetFor(1000); got != 1000 {
+				t.Errorf("default with redis, 1000 nodes at 500ms: %v probes/s, want 1000", got)
+			}
+		}},
+		{block("check tcp", "probe_budget 50", "redis redis://127.0.0.1:6379"), "", func(t *testing.T, cfg *settings) {
+			if got := cfg.probeBudgetFor(10000); got != 50 {
+				t.Errorf("probe_budget 50: %v probes/s", got)
+			}
+		}},
+		{block("check postgres", "probe_budget off", "redis redis://127.0.0.1:6379"), "", func(t *testing.T, cfg *settings) {
+			if got := cfg.probeBudgetFor(10000); got != 0 {
+				t.Errorf("probe_budget off: %v probes/s", got)
+			}
+		}},
+		{block("check tcp", "probe_budget 0"), "", func(t *testing.T, cfg *settings) {
+			if cfg.probeBudget != 0 {
+				t.Errorf("probe_budget 0: %d, want off", cfg.probeBudget)
+			}
+		}},
+		{block("check tcp", "probe_budget 1000000"), "", nil},
+		{block("check tcp", "probe_budget"), "Wrong argument count", nil},
+		{block("check tcp", "probe_budget 50 100"), "Wrong argument count", nil},
+		{block("check tcp", "probe_budget -1"), `probe_budget: "-1" is not a number of probes a second from 1 to 1000000, or off`, nil},
+		{block("check tcp", "probe_budget 1000001"), "probe_budget", nil},
+		{block("check tcp", "probe_budget 2.5"), "probe_budget", nil},
+		{block("check tcp", "probe_budget many"), "probe_budget", nil},
+		{block("probe_budget 50"), "probe_budget needs a check", nil},
+		{block("probe_budget off"), "probe_budget needs a check", nil},
 	}
 	runOptionCases(t, tests)
 }

@@ -29,6 +29,9 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 	})
 	sessions := checkSessions.WithLabelValues(zone)
 	hc.ObserveSession = func(delta int) { sessions.Add(float64(delta)) }
+	delayed := probesDelayed.WithLabelValues(zone)
+	hc.ObserveBudget = func(time.Duration) { delayed.Inc() }
+	hc.ProbeBudget = cfg.probeBudgetFor(0)
 	if cfg.redisURL == "" {
 		c, err := health.New(hc)
 		if err != nil {
@@ -37,6 +40,7 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		h := startHandover(ctx, handoverKey(cfg), pb.setView, carryFor(cfg))
 		pb.targets = func(ts []health.Target) {
 			h.setTargets(ts)
+			c.SetProbeBudget(cfg.probeBudgetFor(len(ts)))
 			c.SetTargets(ts)
 		}
 		done := make(chan struct{})
@@ -83,6 +87,7 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 	pb.targets = func(ts []health.Target) {
 		h.setTargets(ts)
 		coord.SetTargets(ts)
+		c.SetProbeBudget(cfg.probeBudgetFor(len(ts)))
 		c.SetTargets(ts)
 	}
 	done := make(chan struct{})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
@@ -266,5 +267,74 @@ func TestUnhealthyNotProbed(t *testing.T) {
 	}
 	if n := sick.accepted.Load(); n > before {
 		t.Errorf("marked unhealthy again: probed %d more times while the healthy node was probed 5", n-before+1)
+	}
+}
+
+// probe_budget bounds the probes an instance starts: 10 nodes at an
+// interval of 100 ms ask for 100 probes a second; with probe_budget 10
+// their listeners see about 10 a second, every node in turn, and each probe
+// that waited counts in coredns_pgcluster_probes_delayed_total.
+func TestCheckProbeBudget(t *testing.T) {
+	const budget, nodes = 10, 10
+	var (
+		ls []*countingListener
+		ns []Node
+	)
+	for i := range nodes {
+		l := listenCounting(t)
+		ls = append(ls, l)
+		ns = append(ns, l.node(fmt.Sprintf("n%d", i), true))
+	}
+	set := &settings{zones: []string{testZone}, ttl: 5, dsn: "probe-budget", check: checkTCP, interval: 100 * time.Millisecond,
+		timeout: 50 * time.Millisecond, rise: 1, fall: 1, allowLoopback: true, allDown: allDownClosed, probeBudget: budget}
+	delayed := func() float64 {
+		var m dto.Metric
+		if err := probesDelayed.WithLabelValues(testZone).Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := delayed()
+	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
+	pb := &publisher{p: p, set: set}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := startChecks(ctx, set, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	total := func() (n int64) {
+		for _, l := range ls {
+			n += l.accepted.Load()
+		}
+		return n
+	}
+	began := time.Now()
+	pb.apply(ns, nil)
+	if err := pgtest.WaitFor(10*time.Second, func() error {
+		if n := total(); n < 3*nodes {
+			return fmt.Errorf("%d probes", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(began)
+	n := total()
+	// One token at start (50 ms of 10 a second is under one), and one
+	// probe's connection counted late or early.
+	limit := budget*took.Seconds() + 2
+	t.Logf("%d probes in %v (%.1f/s; the nodes ask for %d/s), %v waited for probe_budget %d", n, took.Round(time.Millisecond),
+		float64(n)/took.Seconds(), nodes*10, delayed()-before, budget)
+	if float64(n) > limit {
+		t.Errorf("%d probes in %v, over probe_budget %d a second (%.0f)", n, took, budget, limit)
+	}
+	for i, l := range ls {
+		if l.accepted.Load() < 2 {
+			t.Errorf("node n%d probed %d times of %d: the nodes are not probed in turn", i, l.accepted.Load(), n)
+		}
+	}
+	if delayed()-before < 1 {
+		t.Error("no probe counted in probes_delayed_total, though the nodes ask for ten times the budget")
 	}
 }

@@ -75,6 +75,13 @@ var (
 		Help:      "Sessions the postgres check keeps open to read the nodes' roles every role_interval: one per node this instance probes for the fleet.",
 	}, []string{"zone"})
 
+	probesDelayed = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "probes_delayed_total",
+		Help:      "Counter of health-check probes that waited for probe_budget before they started.",
+	}, []string{"zone"})
+
 	primaryHeld = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",

@@ -48,6 +48,10 @@ type settings struct {
 	// primaryHold: how long primary. keeps answering a primary that left
 	// by its check while no other node is primary; 0 is off.
 	primaryHold time.Duration
+	// probeBudget: the probes a second this instance starts at most
+	// (probe_budget); 0 is off, probeBudgetDefault the default (see
+	// probeBudgetFor).
+	probeBudget int
 
 	// Redis, shared by a fleet: off while redisURL is "" (each instance
 	// checks every node itself).
@@ -94,6 +98,12 @@ const (
 	// an open session that costs the server microseconds.
 	defaultRoleInterval = health.DefaultRoleInterval
 	minRoleInterval     = 10 * time.Millisecond
+	// probeBudgetDefault: probe_budget not given. probeBudgetFloor: the
+	// least default budget, a few hundred nodes' probes at the default
+	// interval. maxProbeBudget bounds probe_budget.
+	probeBudgetDefault = -1
+	probeBudgetFloor   = 200
+	maxProbeBudget     = 1_000_000
 )
 
 // checksOn reports whether nodes are actively checked.

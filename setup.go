@@ -124,7 +124,7 @@ func (p *PgCluster) stop() {
 func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{},
 		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen,
-		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace}
+		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace, probeBudget: probeBudgetDefault}
 	p := &PgCluster{}
 	i := 0
 	given := map[string]int{} // option → its line
@@ -209,7 +209,7 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		cfg.allowLoopback = true
 	case "self":
 		return parseSelf(c, cfg, args)
-	case "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down", "role_interval", "split_brain", "primary_hold":
+	case "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down", "role_interval", "split_brain", "primary_hold", "probe_budget":
 		return parseCheckOption(c, cfg, opt, args)
 	case "redis", "redis_prefix", "redis_secret":
 		return parseRedisOption(c, cfg, opt, args)
