@@ -5,7 +5,9 @@
 // a random offset in [0, Interval), so that targets spread out) the timer
 // starts a goroutine that runs one probe, bounded by Timeout, judges it and
 // arms the timer again: one probe in flight per target, and between probes a
-// target holds no goroutine, so 10,000 targets cost little memory. A target
+// target holds no goroutine, so 10,000 targets cost little memory. With a
+// ProbeBudget, probes start at most at its rate: one that finds it spent
+// waits its turn in a queue, still without a goroutine. A target
 // becomes Up after Rise consecutive successes and Down after Fall consecutive
 // failures; until then it is Unknown and absent from the View.
 //
