@@ -21,9 +21,11 @@
 // being reused (after a failover, a pooled connection to the demoted primary
 // fails every write with SQLSTATE 25006). On the errors of a switchover it
 // resolves again at once, then every [MinWatchInterval] while they go on;
-// a pool of primary.CLUSTER also finds the new primary itself, checking
-// connections read-write, while pgcluster's TXT record says the old one has
-// left and no new one is seen ([WatchOptions.ReadWriteFallback]).
+// a pool of primary.CLUSTER reads the primary's state that pgcluster
+// publishes in TXT between resolutions ([WatchOptions.StateInterval]), and
+// finds the new primary itself, checking connections read-write, while that
+// record says the old one has left and no new one is seen
+// ([WatchOptions.ReadWriteFallback]).
 //
 // The package knows nothing of CoreDNS: it speaks plain DNS and works with
 // any server that publishes the same names.

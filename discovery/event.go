@@ -37,7 +37,8 @@ const (
 	ReasonTimer
 	// ReasonError means the caller reported a connection error.
 	ReasonError
-	// ReasonPrimary means the answer for the primary's name changed.
+	// ReasonPrimary means the answer for the primary's name changed or,
+	// for a Pool of primary.CLUSTER, the primary's state in TXT did.
 	ReasonPrimary
 	// ReasonRefresh means the caller asked for it.
 	ReasonRefresh

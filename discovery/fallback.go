@@ -31,9 +31,9 @@ const (
 )
 
 // resolveName resolves the watched name and, when the Watcher serves a
-// Pool's read-write fallback, reads the primary's state in TXT alongside.
+// Pool of primary.CLUSTER, reads the primary's state in TXT alongside.
 func (w *Watcher) resolveName(ctx context.Context) (Answer, PrimaryState, error) {
-	if !w.readWrite {
+	if !w.readState {
 		ans, err := w.resolve(ctx, w.name)
 		return ans, PrimaryState{}, err
 	}

@@ -40,8 +40,8 @@ func TestFallbackTargets(t *testing.T) {
 			t.Errorf("%s, held: %v, %+v; want the serving nodes %v and held n1", name, got, st, serving)
 		}
 	}
-	if got, st := lookup("primary.local.pgcluster.lan", WatchOptions{ReadWriteFallback: ReadWriteFallbackOff}); !slices.Equal(got, held) || st.Status != PrimaryUnknown {
-		t.Errorf("fallback off: %v, %+v; want the held address %v, state not read", got, st, held)
+	if got, st := lookup("primary.local.pgcluster.lan", WatchOptions{ReadWriteFallback: ReadWriteFallbackOff}); !slices.Equal(got, held) || st.Status != PrimaryHeld {
+		t.Errorf("fallback off: %v, %+v; want the held address %v, state read", got, st, held)
 	}
 	if got, st := lookup("local.pgcluster.lan", WatchOptions{}); !slices.Equal(got, serving) || st.Status != PrimaryUnknown {
 		t.Errorf("a pool of the cluster: %v, %+v; want its answer, state not read", got, st)

@@ -27,10 +27,13 @@ import (
 //
 // Point the pool at primary.CLUSTER for writes: after a failover the old
 // primary leaves that answer, its connections are closed and new ones reach
-// the new primary. Between the old primary leaving and DNS naming the new
-// one, such a pool tries the cluster's serving nodes and keeps the one that
-// takes writes (WatchOptions.ReadWriteFallback). Point it at CLUSTER or
-// standby.CLUSTER for reads.
+// the new primary. Such a pool also asks for the primary's state every
+// WatchOptions.StateInterval, so it stops writing to a primary soon after
+// pgcluster stops naming it (a split brain, another primary). Between the
+// old primary leaving and DNS naming the new one, it tries the cluster's
+// serving nodes and keeps the one that takes writes
+// (WatchOptions.ReadWriteFallback). Point it at CLUSTER or standby.CLUSTER
+// for reads.
 type Pool struct {
 	*pgxpool.Pool
 	watcher *Watcher
@@ -53,7 +56,7 @@ func (c *Client) NewPool(ctx context.Context, connString string, opts WatchOptio
 // succeed, and pgxpool's own start.
 func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts WatchOptions) (*Pool, error) {
 	var pool atomic.Pointer[pgxpool.Pool]
-	opts.readWrite = true
+	opts.pool = true
 	opts.onServeLost = func() {
 		if p := pool.Load(); p != nil {
 			closeIdle(p)

@@ -60,13 +60,30 @@ func (s PrimaryState) between() bool {
 	return s.Status == PrimaryHeld || s.Status == PrimaryNone || s.Status == PrimaryFailOpen
 }
 
-// parsePrimaryState reads the TXT records of primary.CLUSTER. Exactly one
-// "state=" string must be there, with a known value and, for serving and
-// held, a "node=" string; anything else is PrimaryUnknown, as is a state
-// that does not match the address answer (held and serving name an
-// address, none and split_brain none), which a change between the two
-// queries can produce.
+// parsePrimaryState reads the TXT records of primary.CLUSTER (see
+// readStateRecords) and checks the state against the address answer it came
+// with: held, serving and fail_open name an address, none and split_brain
+// none. A state that does not match, which a change between the two
+// queries can produce, is PrimaryUnknown.
 func parsePrimaryState(rrs []dns.RR, addresses int) PrimaryState {
+	st := readStateRecords(rrs)
+	switch st.Status {
+	case PrimaryServing, PrimaryHeld, PrimaryFailOpen:
+		if addresses == 0 {
+			return PrimaryState{}
+		}
+	case PrimaryNone, PrimarySplitBrain:
+		if addresses != 0 {
+			return PrimaryState{}
+		}
+	}
+	return st
+}
+
+// readStateRecords reads the TXT records of primary.CLUSTER. Exactly one
+// "state=" string must be there, with a known value and, for serving, held
+// and fail_open, a "node=" string; anything else is PrimaryUnknown.
+func readStateRecords(rrs []dns.RR) PrimaryState {
 	var st PrimaryState
 	states, nodes := 0, 0
 	for _, rr := range rrs {
@@ -93,13 +110,10 @@ func parsePrimaryState(rrs []dns.RR, addresses int) PrimaryState {
 	}
 	switch st.Status {
 	case PrimaryServing, PrimaryHeld, PrimaryFailOpen:
-		if st.Node == "" || addresses == 0 {
+		if st.Node == "" {
 			return PrimaryState{}
 		}
 	case PrimaryNone, PrimarySplitBrain:
-		if addresses != 0 {
-			return PrimaryState{}
-		}
 	default:
 		return PrimaryState{}
 	}

@@ -28,7 +28,8 @@ type Watcher struct {
 	fallback  uint16
 	opts      WatchOptions
 	writer    bool   // name is primary.CLUSTER
-	readWrite bool   // a Pool checks fallback connections read-write
+	readState bool   // a Pool of primary.CLUSTER: the primary's state is read
+	readWrite bool   // and fallback connections are checked read-write
 	cluster   string // the serving nodes of name's cluster, for the fallback
 
 	view       atomic.Pointer[view]
@@ -53,7 +54,7 @@ type view struct {
 	set     map[netip.AddrPort]bool
 	primary Answer
 	// state is the primary's state read with answer, when the Watcher
-	// serves a Pool's read-write fallback.
+	// serves a Pool of primary.CLUSTER.
 	state PrimaryState
 	// fallback holds the cluster's serving nodes while state calls for
 	// the fallback.
@@ -94,7 +95,8 @@ func (c *Client) watch(ctx context.Context, name string, port, fallback uint16, 
 		progress: make(chan struct{}),
 	}
 	w.primary = opts.primaryName(w.name)
-	w.readWrite = w.writer && opts.readWrite && opts.ReadWriteFallback == ReadWriteFallbackOn
+	w.readState = w.writer && opts.pool
+	w.readWrite = w.readState && opts.ReadWriteFallback == ReadWriteFallbackOn
 	w.cluster = clusterOf(w.name)
 	ans, st, err := w.resolveName(ctx)
 	if err != nil {
@@ -134,8 +136,9 @@ func (w *Watcher) Candidates() []Candidate {
 }
 
 // PrimaryState returns the primary's state as pgcluster's TXT record last
-// said it. It is read only for a Pool of primary.CLUSTER with the
-// read-write fallback on; otherwise it is PrimaryUnknown.
+// said it. It is read only for a Pool of primary.CLUSTER (at each
+// resolution, and every WatchOptions.StateInterval between them);
+// otherwise it is PrimaryUnknown.
 func (w *Watcher) PrimaryState() PrimaryState { return w.view.Load().state }
 
 // Primary returns the current answer for the primary's name; it is empty

@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// run is the Watcher's loop: wait for the earliest of the two schedules (the
-// name's and the primary's) or a nudge, resolve what is due, report changes.
+// run is the Watcher's loop: wait for the earliest of its schedules (the
+// name's, the primary's, and for a Pool of primary.CLUSTER the primary's
+// state) or a nudge, resolve what is due, report changes.
 func (w *Watcher) run(ctx context.Context, primaryErr error) {
 	defer close(w.done)
 	v := w.view.Load()
@@ -23,11 +24,15 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 	mainIn, mainWhy := w.opts.next(v.answer.TTL, 0)
 	mainIn = w.soon(v, mainIn)
 	primIn, _ := w.opts.next(v.primary.TTL, primFails)
-	nextMain, nextPrim := now.Add(mainIn), now.Add(primIn)
+	nextMain, nextPrim, nextPoll := now.Add(mainIn), now.Add(primIn), now.Add(w.opts.StateInterval)
 	for {
 		due := nextMain
 		if w.primary != "" && nextPrim.Before(due) {
 			due = nextPrim
+		}
+		polls := w.polls(w.view.Load())
+		if polls && nextPoll.Before(due) {
+			due = nextPoll
 		}
 		nudged, ok := w.wait(ctx, due, last)
 		if !ok {
@@ -39,6 +44,15 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 			why = mainWhy
 		}
 		doMain := nudged != 0 || !now.Before(nextMain)
+		// The state is asked for only when no resolution read it within
+		// StateInterval, so that polls and the resolutions they start
+		// keep to one per MinWatchInterval.
+		if !doMain && polls && !now.Before(nextPoll) {
+			if w.stateMoved(ctx) {
+				doMain, why = true, ReasonPrimary
+			}
+			nextPoll = time.Now().Add(w.opts.StateInterval)
+		}
 		if w.primary != "" && (nudged != 0 || !now.Before(nextPrim)) {
 			changed, err := w.resolvePrimary(ctx, why)
 			primFails = fails(primFails, err)
@@ -56,6 +70,7 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 				mainIn = w.soon(v, mainIn)
 			}
 			last, nextMain = now, now.Add(mainIn)
+			nextPoll = now.Add(w.opts.StateInterval)
 		}
 	}
 }

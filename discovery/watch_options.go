@@ -19,6 +19,10 @@ const (
 	// resolution sends a few DNS queries), whatever it is told.
 	MinWatchInterval = 100 * time.Millisecond
 
+	// DefaultStateInterval is how often a Pool of primary.CLUSTER asks
+	// for the primary's state between resolutions.
+	DefaultStateInterval = MinWatchInterval
+
 	// maxRetryInterval caps the backoff after failed resolutions.
 	maxRetryInterval = 5 * time.Second
 )
@@ -57,15 +61,27 @@ type WatchOptions struct {
 	// ReadWriteFallback tells what a Pool whose host is primary.CLUSTER
 	// does while pgcluster's TXT record there says that the old primary
 	// has left and no new one is seen ("state=held" or "state=none"):
-	// ReadWriteFallbackOn, the zero value, tries the serving nodes of
-	// CLUSTER, each checked read-write before use; ReadWriteFallbackOff
-	// waits for DNS to name the new primary. Only a Pool of a primary.
-	// name uses it; Watch and other names ignore it.
+	// ReadWriteFallbackOn, the zero value, connects to the serving nodes
+	// of CLUSTER and hands out the first connection whose node takes
+	// writes; ReadWriteFallbackOff waits for DNS to name the new primary.
+	// Only a Pool of a primary. name uses it; Watch and other names
+	// ignore it.
 	ReadWriteFallback ReadWriteFallback
+	// StateInterval is how often a Pool whose host is primary.CLUSTER
+	// asks for the primary's state (one TXT query, see PrimaryState)
+	// when no resolution did within it, so that it stops writing to a
+	// primary soon after pgcluster stops naming it — two nodes claim to
+	// be primary, or another node is the primary — however long the
+	// TTL; a changed state is resolved at once. DefaultStateInterval when
+	// zero; Watch refuses a value below MinWatchInterval. A value above
+	// the answer's TTL leaves the state to the resolutions. Watch and
+	// other names ignore it.
+	StateInterval time.Duration
 
-	// readWrite is set by NewPoolWithConfig, which checks connections
-	// made through the fallback read-write.
-	readWrite bool
+	// pool is set by NewPoolWithConfig: a Pool follows the Watcher, reads
+	// the primary's state and checks connections made through the
+	// fallback read-write.
+	pool bool
 	// onServeLost is called, from the Watcher's goroutine, when an
 	// address a Pool kept connections to no longer serves.
 	onServeLost func()
@@ -77,7 +93,7 @@ func (o WatchOptions) check() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"Interval", o.Interval}, {"MinInterval", o.MinInterval}} {
+	}{{"Interval", o.Interval}, {"MinInterval", o.MinInterval}, {"StateInterval", o.StateInterval}} {
 		if f.d != 0 && f.d < MinWatchInterval {
 			return fmt.Errorf("discovery: WatchOptions.%s %s is below the floor of %s (MinWatchInterval); 0 means the default", f.name, f.d, MinWatchInterval)
 		}
@@ -94,6 +110,9 @@ func (o WatchOptions) withDefaults() WatchOptions {
 		o.MinInterval = DefaultMinInterval
 	}
 	o.MinInterval = min(o.MinInterval, o.Interval)
+	if o.StateInterval <= 0 {
+		o.StateInterval = DefaultStateInterval
+	}
 	return o
 }
 

@@ -11,8 +11,10 @@ import (
 
 // LookupFunc returns a pgconn.LookupFunc for the watched name that asks no
 // DNS server: it returns the current candidates that answered the last
-// probe round, fastest first (see Rank). With no candidate it first waits
-// for a fresh resolution; when none answers it reports the error, so the
+// probe round, fastest first (see Rank), or the one candidate of an answer
+// of one, unprobed (there is nothing to rank, and the connection finds out
+// whether it answers). With no candidate it first waits for a fresh
+// resolution; when none answers it reports the error, so the
 // Watcher resolves again. After an error that makes the answer out of
 // date (see ReportError) it first waits for the resolution that error
 // asked for. During a Pool's read-write fallback (see
@@ -40,6 +42,9 @@ func (w *Watcher) LookupFunc() pgconn.LookupFunc {
 				return nil, err
 			}
 			return addrStrings(probedAll(v.fallback.Candidates)), nil
+		}
+		if cs := w.view.Load().answer.Candidates; len(cs) == 1 {
+			return []string{cs[0].Addr.String()}, nil
 		}
 		r, err := w.Rank(ctx)
 		if err != nil {
