@@ -49,7 +49,24 @@ func TestReadmeCorefiles(t *testing.T) {
 		t.Errorf("found %d pgcluster blocks in the documentation, want at least 3", n)
 	}
 	syntax := string(readme[strings.Index(string(readme), "## Syntax"):strings.Index(string(readme), "## The registry")])
-	for _, opt := range []string{"postgres", "ttl", "refresh", "stale_after", "allow_loopback", "self", "fallthrough", "check", "interval", "timeout", "rise", "fall", "max_lag", "all_down", "redis", "redis_prefix", "redis_secret", "ns", "soa"} {
+	// Every option parseOption takes, read from its case labels, so that a
+	// new option cannot go undocumented.
+	src, err := os.ReadFile("setup.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(src)[strings.Index(string(src), "func parseOption("):]
+	body = body[:strings.Index(body, "\n}\n")]
+	var opts []string
+	for _, m := range regexp.MustCompile(`(?m)^\tcase (".*"):$`).FindAllStringSubmatch(body, -1) {
+		for _, q := range regexp.MustCompile(`"([a-z_]+)"`).FindAllStringSubmatch(m[1], -1) {
+			opts = append(opts, q[1])
+		}
+	}
+	if len(opts) < 25 {
+		t.Fatalf("found %d options in parseOption's case labels, want every one (at least 25): %v", len(opts), opts)
+	}
+	for _, opt := range opts {
 		if !strings.Contains(syntax, "`"+opt+"`") {
 			t.Errorf("option %s is not documented under Syntax", opt)
 		}
