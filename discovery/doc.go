@@ -23,9 +23,9 @@
 // resolves again at once, then every [MinWatchInterval] while they go on;
 // a pool of primary.CLUSTER reads the primary's state that pgcluster
 // publishes in TXT between resolutions ([WatchOptions.StateInterval]), and
-// finds the new primary itself, checking connections read-write, while that
-// record says the old one has left and no new one is seen
-// ([WatchOptions.ReadWriteFallback]).
+// finds the new primary itself, with a connection waiting on each serving
+// node until one takes writes, while that record says the old one has left
+// and no new one is seen ([WatchOptions.ReadWriteFallback]).
 //
 // The package knows nothing of CoreDNS: it speaks plain DNS and works with
 // any server that publishes the same names.

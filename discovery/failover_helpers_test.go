@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/pgcluster/pgcluster/discovery/discoverytest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
@@ -46,9 +48,15 @@ type writer struct {
 	done     chan struct{}
 }
 
+// acquirer is a pool the writer writes through: a Pool, or a plain
+// pgxpool.Pool to compare with.
+type acquirer interface {
+	Acquire(ctx context.Context) (*pgxpool.Conn, error)
+}
+
 // startWriter starts n goroutines writing through pool, each every period,
 // until the test ends or stop.
-func startWriter(t *testing.T, pool *Pool, n int, period time.Duration) *writer {
+func startWriter(t *testing.T, pool acquirer, n int, period time.Duration) *writer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &writer{cancel: cancel, done: make(chan struct{})}
@@ -79,7 +87,7 @@ func (w *writer) stop() {
 	<-w.done
 }
 
-func (w *writer) writeOnce(ctx context.Context, pool *Pool) {
+func (w *writer) writeOnce(ctx context.Context, pool acquirer) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	c, err := pool.Acquire(ctx)

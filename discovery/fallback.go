@@ -17,13 +17,15 @@ type ReadWriteFallback int
 
 const (
 	// ReadWriteFallbackOn, the default: while pgcluster's TXT record at
-	// primary.CLUSTER says "state=held" or "state=none", new connections
-	// go to the serving nodes of CLUSTER, each checked read-write (SHOW
-	// transaction_read_only, as libpq's target_session_attrs=read-write)
-	// before the pool hands it out, so the pool writes on a newly
-	// promoted primary as soon as it accepts writes. Never while the
-	// record names a serving primary, never in a split brain, never
-	// without the record (an older pgcluster).
+	// primary.CLUSTER says "state=held", "state=none" or
+	// "state=fail_open", new connections go to the serving nodes of
+	// CLUSTER, each checked read-write (SHOW transaction_read_only, as
+	// libpq's target_session_attrs=read-write) before the pool hands it
+	// out: a connection to a node in recovery waits there until the node
+	// takes writes, and the pool keeps one waiting on each node, so it
+	// writes on a newly promoted primary as soon as it accepts writes.
+	// Never while the record names a serving primary, never in a split
+	// brain, never without the record (an older pgcluster).
 	ReadWriteFallbackOn ReadWriteFallback = iota
 	// ReadWriteFallbackOff: connections go where DNS's answer says, and
 	// nowhere while it has no address.
@@ -86,11 +88,19 @@ func (w *Watcher) needsReadWriteCheck(addr netip.AddrPort) bool {
 }
 
 // validateConnect wraps validate (which may be nil) with the read-write
-// check of connections made through the fallback.
+// check of connections made through the fallback: during it, a connection
+// to a serving node waits there until the node takes writes (see
+// awaitWritable).
 func (w *Watcher) validateConnect(validate pgconn.ValidateConnectFunc) pgconn.ValidateConnectFunc {
 	return func(ctx context.Context, pc *pgconn.PgConn) error {
 		if addr, ok := remoteAddr(pc.Conn()); ok && w.needsReadWriteCheck(addr) {
-			if err := pgconn.ValidateConnectTargetSessionAttrsReadWrite(ctx, pc); err != nil {
+			var err error
+			if v := w.view.Load(); w.scout != nil && w.fallbackOn(v) && v.fallbackSet[addr] {
+				err = w.awaitWritable(ctx, pc, addr)
+			} else {
+				err = pgconn.ValidateConnectTargetSessionAttrsReadWrite(ctx, pc)
+			}
+			if err != nil {
 				return err
 			}
 		}

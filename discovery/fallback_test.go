@@ -7,7 +7,8 @@ import (
 
 // Where a pool's new connections go, by the TXT state and the option: the
 // cluster's serving nodes only for a primary. pool with the fallback on,
-// while the state is held or none; the address answer otherwise.
+// while the state is held or none, one node per connection (each waits
+// there for its node to take writes); the address answer otherwise.
 func TestFallbackTargets(t *testing.T) {
 	c := newCluster(t, 0, 0, 0) // n1 primary; n2, n3 standbys
 	c.dns.SetTTL(3600)
@@ -16,16 +17,31 @@ func TestFallbackTargets(t *testing.T) {
 	c.dns.SetCluster("local", standbys...)
 	c.dns.HoldPrimary("local", old)
 	cl := c.client(t, Config{})
+	// lookup returns where the new connections of a pool go: the union of
+	// what LookupFunc returns for as many connections as there are nodes,
+	// up to the first that finds a connection on its way to each. The
+	// pool has room for one connection, so it makes none of its own.
 	lookup := func(name string, opts WatchOptions) ([]string, PrimaryState) {
 		t.Helper()
-		p, err := cl.NewPool(t.Context(), "postgres://app@"+name+"/db?sslmode=disable", opts)
+		p, err := cl.NewPool(t.Context(), "postgres://app@"+name+"/db?sslmode=disable&pool_max_conns=1", opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer p.Close()
-		got, err := p.Watcher().LookupFunc()(t.Context(), name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
+		var got []string
+		for i := range c.nodes {
+			addrs, err := p.Watcher().LookupFunc()(t.Context(), name)
+			if err != nil && i == 0 {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if err != nil {
+				break
+			}
+			for _, a := range addrs {
+				if !slices.Contains(got, a) {
+					got = append(got, a)
+				}
+			}
 		}
 		slices.Sort(got)
 		return got, p.Watcher().PrimaryState()

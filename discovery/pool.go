@@ -30,13 +30,14 @@ import (
 // the new primary. Such a pool also asks for the primary's state every
 // WatchOptions.StateInterval, so it stops writing to a primary soon after
 // pgcluster stops naming it (a split brain, another primary). Between the
-// old primary leaving and DNS naming the new one, it tries the cluster's
-// serving nodes and keeps the one that takes writes
-// (WatchOptions.ReadWriteFallback). Point it at CLUSTER or standby.CLUSTER
-// for reads.
+// old primary leaving and DNS naming the new one, it keeps a connection
+// waiting on each of the cluster's serving nodes and hands out the first
+// whose node takes writes (WatchOptions.ReadWriteFallback). Point it at
+// CLUSTER or standby.CLUSTER for reads.
 type Pool struct {
 	*pgxpool.Pool
 	watcher *Watcher
+	warmer  *warmer
 }
 
 // NewPool parses connString with pgxpool.ParseConfig and calls
@@ -55,11 +56,19 @@ func (c *Client) NewPool(ctx context.Context, connString string, opts WatchOptio
 // BeforeClose) still run. ctx bounds the first resolution, which must
 // succeed, and pgxpool's own start.
 func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opts WatchOptions) (*Pool, error) {
-	var pool atomic.Pointer[pgxpool.Pool]
+	var (
+		pool atomic.Pointer[pgxpool.Pool]
+		warm atomic.Pointer[warmer]
+	)
 	opts.pool = true
 	opts.onServeLost = func() {
 		if p := pool.Load(); p != nil {
 			closeIdle(p)
+		}
+	}
+	opts.onFallback = func() {
+		if wm := warm.Load(); wm != nil {
+			wm.kick()
 		}
 	}
 	w, err := c.watch(ctx, cfg.ConnConfig.Host, c.port, cfg.ConnConfig.Port, opts)
@@ -73,7 +82,10 @@ func (c *Client) NewPoolWithConfig(ctx context.Context, cfg *pgxpool.Config, opt
 		return nil, err
 	}
 	pool.Store(p)
-	return &Pool{Pool: p, watcher: w}, nil
+	wm := newWarmer(p, w)
+	warm.Store(wm)
+	wm.kick() // the fallback may be on from the first resolution
+	return &Pool{Pool: p, watcher: w, warmer: wm}, nil
 }
 
 // Watcher returns the Watcher the pool follows.
@@ -81,8 +93,10 @@ func (p *Pool) Watcher() *Watcher { return p.watcher }
 
 // Close stops the Watcher and closes the pool.
 func (p *Pool) Close() {
+	p.warmer.cancel()
 	p.watcher.Close()
 	p.Pool.Close()
+	p.warmer.stop()
 }
 
 // wirePool installs the Watcher's hooks in cfg, around the ones there.

@@ -31,6 +31,7 @@ type Watcher struct {
 	readState bool   // a Pool of primary.CLUSTER: the primary's state is read
 	readWrite bool   // and fallback connections are checked read-write
 	cluster   string // the serving nodes of name's cluster, for the fallback
+	scout     *scout // what the fallback's connections share, for a Pool with it on
 
 	view       atomic.Pointer[view]
 	nudges     chan Reason
@@ -98,6 +99,9 @@ func (c *Client) watch(ctx context.Context, name string, port, fallback uint16, 
 	w.readState = w.writer && opts.pool
 	w.readWrite = w.readState && opts.ReadWriteFallback == ReadWriteFallbackOn
 	w.cluster = clusterOf(w.name)
+	if w.readWrite {
+		w.scout = newScout()
+	}
 	ans, st, err := w.resolveName(ctx)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 func (w *Watcher) run(ctx context.Context, primaryErr error) {
 	defer close(w.done)
 	v := w.view.Load()
+	w.scout.track(w.scouted(v))
 	w.emit(nil, v.answer.Candidates, false, ReasonInitial)
 	w.emit(nil, v.primary.Candidates, true, ReasonInitial)
 
@@ -65,6 +66,10 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 		if doMain {
 			mainFails = fails(mainFails, w.resolveMain(ctx, why))
 			v := w.view.Load()
+			w.scout.track(w.scouted(v))
+			if w.fallbackOn(v) && w.opts.onFallback != nil {
+				w.opts.onFallback()
+			}
 			mainIn, mainWhy = w.opts.next(v.answer.TTL, mainFails)
 			if mainFails == 0 {
 				mainIn = w.soon(v, mainIn)
@@ -73,6 +78,16 @@ func (w *Watcher) run(ctx context.Context, primaryErr error) {
 			nextPoll = now.Add(w.opts.StateInterval)
 		}
 	}
+}
+
+// scouted returns the nodes the scout keeps track of while v is current:
+// the cluster's serving nodes during the read-write fallback, none
+// otherwise.
+func (w *Watcher) scouted(v *view) []Candidate {
+	if w.fallbackOn(v) {
+		return v.fallback.Candidates
+	}
+	return nil
 }
 
 // wait blocks until due or a nudge, which it returns (0 for due). A nudge

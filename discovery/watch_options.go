@@ -82,6 +82,9 @@ type WatchOptions struct {
 	// the primary's state and checks connections made through the
 	// fallback read-write.
 	pool bool
+	// onFallback is called, from the Watcher's goroutine, after each
+	// resolution that leaves the Watcher in the read-write fallback.
+	onFallback func()
 	// onServeLost is called, from the Watcher's goroutine, when an
 	// address a Pool kept connections to no longer serves.
 	onServeLost func()
