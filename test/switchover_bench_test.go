@@ -122,6 +122,39 @@ func BenchmarkSwitchover(b *testing.B) {
 	s.stop()
 	wrong, wrongSplit := s.wrongWrites(split.fault)
 	s.report(b, results, split, wrong, wrongSplit)
+	s.splitAfterClosed(split)
+}
+
+// splitAfterClosed prints, per writer, the split-brain round's writes that
+// the old primary acknowledged in attempts begun after every instance had
+// stopped naming a primary. The wrong writes count every write the old
+// primary took after the promotion was ordered, which no client can avoid
+// entirely (the old primary is the only primary until the promoted one
+// leaves recovery, and the fleet's answers follow within a role poll);
+// these are the ones a client that follows DNS is to avoid.
+func (s *switchoverRun) splitAfterClosed(split switchoverRound) {
+	if split.from < 0 || split.promoted.IsZero() || !split.dns.ok {
+		return
+	}
+	closed := split.promoted.Add(split.dns.all)
+	for i, w := range s.writers {
+		n, last := 0, time.Duration(0)
+		for _, a := range w.since(closed) {
+			if a.node == split.from {
+				n++
+				last = a.end.Sub(closed)
+			}
+		}
+		fmt.Printf("  %-11s %d acknowledged by the old primary in attempts begun after every instance stopped naming a primary (%s ms after promote -w returned)%s\n",
+			switchoverWriterNames[i], n, switchoverMs(split.dns.all), switchoverIf(n > 0, fmt.Sprintf(", the last ending %s ms after that", switchoverMs(last))))
+	}
+}
+
+func switchoverIf(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return ""
 }
 
 // Bounds of the run as a whole.
