@@ -84,6 +84,7 @@ bench:
 	$(GO) test -run '^$$' -bench DNSSEC -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench Switchover -benchtime 1x -timeout 30m ./test/
 	$(GO) test -run '^$$' -bench FleetScale -benchtime 1x -timeout 30m ./test/
+	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 60m ./lock/
 
 # The chaos run (issue 10): TestChaos for CHAOS_DURATION, its report on
 # stdout; it fails past its limits (any SERVFAIL or wrong answer, timeouts

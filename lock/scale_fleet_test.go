@@ -1,0 +1,553 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/redistest"
+)
+
+// Settings of the scale benchmark's fleets: a tcp check as the issue's
+// measurement ran it, and the default rise and fall.
+const (
+	scalePrefix  = "scale:"
+	scaleTimeout = 500 * time.Millisecond
+	scaleRise    = health.DefaultRise
+	scaleFall    = health.DefaultFall
+	// scaleDialTimeout and scaleIOTimeout are what the plugin's Redis
+	// client allows each dial, and each read and write (redisTimeout,
+	// redisIOTimeout).
+	scaleDialTimeout = 500 * time.Millisecond
+	scaleIOTimeout   = MaxCallTimeout
+	// probeBucket is what probe starts are counted by.
+	probeBucket = 100 * time.Millisecond
+	// scaleLogKinds is how many kinds of log lines a report shows.
+	scaleLogKinds = 12
+	// scaleMaxRun bounds a fleet's run: probe starts after it are not
+	// counted.
+	scaleMaxRun = 2 * time.Hour
+)
+
+// scaleFleet is n coordinators in this process, each with its own Redis
+// client and a simulated checker (simChecker), sharing m targets whose
+// backends are up or down as the benchmark says, on one redis-server.
+type scaleFleet struct {
+	tb       testing.TB
+	srv      *redistest.Server
+	admin    *redis.Client // INFO and CLIENT PAUSE: not counted as the fleet's
+	interval time.Duration
+	rise     uint8
+	fall     uint8
+	budget   float64 // each instance's probe budget, probes a second; 0: none
+
+	targets []health.Target
+	index   map[string]int32
+	down    []atomic.Bool // by target: the backend refuses connections
+
+	start     time.Time      // of bucket 0
+	buckets   []atomic.Int32 // probe starts per probeBucket since start
+	perTarget []atomic.Int32 // probe starts per target
+
+	ins     []*scaleInstance
+	clients []*redis.Client // the instances'
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	writes, published, fencedOut atomic.Int64 // status writes (Observer.Write)
+	resyncs, resyncErrs          atomic.Int64
+	applied, stale, rejected     atomic.Int64 // statuses read (Observer.Message)
+	sent, trips                  atomic.Int64 // commands the instances sent, round trips
+	delayed, waitMax             atomic.Int64 // probes that waited for the budget, the longest wait (ns)
+	logs                         scaleLogs
+
+	pingMu sync.Mutex
+	pingAt []time.Time // when each PING of the harness was sent
+	pingRT []time.Duration
+
+	settling atomic.Bool // apply counts the targets Up
+	flip     atomic.Pointer[scaleFlip]
+}
+
+// scaleInstance is one coordinator of the fleet and its checker.
+type scaleInstance struct {
+	coord *Coordinator
+	check *simChecker
+	up    atomic.Int32 // targets Up in its last View, while settling
+	shown atomic.Bool  // Run has made its first View
+
+	mu    sync.Mutex
+	modes []modeChange
+}
+
+// modeChange is a coordinator's Mode, and when it said so.
+type modeChange struct {
+	at   time.Time
+	mode string
+}
+
+// changes returns the instance's mode changes.
+func (in *scaleInstance) changes() []modeChange {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Clone(in.modes)
+}
+
+// scaleObserver hears one instance's coordinator.
+type scaleObserver struct {
+	fl *scaleFleet
+	in *scaleInstance
+}
+
+func (o scaleObserver) Mode(mode string) {
+	o.in.mu.Lock()
+	defer o.in.mu.Unlock()
+	o.in.modes = append(o.in.modes, modeChange{time.Now(), mode})
+}
+
+func (o scaleObserver) Leases(int)                {}
+func (o scaleObserver) Propagation(time.Duration) {}
+
+func (o scaleObserver) Message(result string) {
+	switch result {
+	case "applied":
+		o.fl.applied.Add(1)
+	case "stale":
+		o.fl.stale.Add(1)
+	default:
+		o.fl.rejected.Add(1)
+	}
+}
+
+func (o scaleObserver) Resync(err error) {
+	o.fl.resyncs.Add(1)
+	if err != nil {
+		o.fl.resyncErrs.Add(1)
+	}
+}
+
+func (o scaleObserver) Write(ok, published bool) {
+	o.fl.writes.Add(1)
+	if published {
+		o.fl.published.Add(1)
+	}
+	if !ok {
+		o.fl.fencedOut.Add(1)
+	}
+}
+
+// scaleLogs counts the coordinators' log lines by format, keeping the
+// first line of each: hundreds of instances would drown the report.
+type scaleLogs struct {
+	mu     sync.Mutex
+	counts map[string]int
+	first  map[string]string
+}
+
+func (l *scaleLogs) logf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.counts == nil {
+		l.counts, l.first = map[string]int{}, map[string]string{}
+	}
+	if l.counts[format] == 0 {
+		l.first[format] = fmt.Sprintf(format, args...)
+	}
+	l.counts[format]++
+}
+
+// scaleRedisLog sends go-redis's own messages (a dial that failed, a
+// message dropped) to the running fleet's scaleLogs, as the plugin keeps
+// them out of its log (redisLog), or to stderr outside a fleet.
+type scaleRedisLog struct{}
+
+// scaleRedisLogs is the running fleet's scaleLogs: go-redis's logger is
+// the process's.
+var scaleRedisLogs atomic.Pointer[scaleLogs]
+
+func (scaleRedisLog) Printf(_ context.Context, format string, v ...any) {
+	if l := scaleRedisLogs.Load(); l != nil {
+		l.logf("go-redis: "+format, v...)
+		return
+	}
+	log.Printf("redis: "+format, v...)
+}
+
+// summary returns one line per kind of log line, most frequent first (at
+// most scaleLogKinds), and clears the counts.
+func (l *scaleLogs) summary() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var kinds []string
+	for f := range l.counts {
+		kinds = append(kinds, f)
+	}
+	sort.Slice(kinds, func(i, j int) bool { return l.counts[kinds[i]] > l.counts[kinds[j]] })
+	var out []string
+	for i, f := range kinds {
+		if i == scaleLogKinds {
+			out = append(out, fmt.Sprintf("and %d kinds more", len(kinds)-i))
+			break
+		}
+		out = append(out, fmt.Sprintf("%6d x %s", l.counts[f], l.first[f]))
+	}
+	l.counts, l.first = nil, nil
+	return out
+}
+
+// scaleTargets returns m targets: keys as the registry names nodes, and
+// addresses nothing dials (the probes are simulated).
+func scaleTargets(m int) []health.Target {
+	ts := make([]health.Target, m)
+	for i := range ts {
+		ts[i] = health.Target{Key: fmt.Sprintf("c%d/n%d", i/3, i%3),
+			Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 5432)}
+	}
+	return ts
+}
+
+// startScaleFleet starts n coordinators on a new redis-server, and gives
+// them the m targets once every one is a member of the fleet (a lone first
+// member would take every lease and probe every target at once, aligning
+// its ticks to that moment) and has made its first View (before it, a
+// coordinator probes every target no status covers at once: in a fleet
+// started from nothing, every target, and the ticks of every instance
+// would be aligned to that moment). It stops them when the benchmark
+// ends.
+func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget float64) *scaleFleet {
+	tb.Helper()
+	// The server's log stays out of the report.
+	srv, err := redistest.StartProcess(tb.TempDir(), nil)
+	if err != nil {
+		tb.Fatalf("this benchmark needs a real redis-server and could not start one: %v", err)
+	}
+	tb.Cleanup(srv.Stop)
+	fl := &scaleFleet{tb: tb, srv: srv, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}), interval: interval, rise: scaleRise, fall: scaleFall, budget: budget,
+		targets: scaleTargets(m), index: make(map[string]int32, m), down: make([]atomic.Bool, m),
+		start: time.Now(), buckets: make([]atomic.Int32, scaleMaxRun/probeBucket), perTarget: make([]atomic.Int32, m)}
+	for i, t := range fl.targets {
+		fl.index[t.Key] = int32(i)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	fl.cancel = cancel
+	redis.SetLogger(scaleRedisLog{})
+	scaleRedisLogs.Store(&fl.logs)
+	tb.Cleanup(fl.stop)
+	for i := range n {
+		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
+			DialTimeout: scaleDialTimeout, ReadTimeout: scaleIOTimeout, WriteTimeout: scaleIOTimeout})
+		rdb.AddHook(sentCounter{cmds: &fl.sent, trips: &fl.trips})
+		fl.clients = append(fl.clients, rdb)
+		in := &scaleInstance{}
+		coord, err := NewCoordinator(rdb, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout,
+			Logf: fl.logs.logf, Observer: scaleObserver{fl, in}})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		in.coord = coord
+		in.check = newSimChecker(fl, coord)
+		coord.SetProbeNow(in.check.ProbeNow)
+		fl.ins = append(fl.ins, in)
+		fl.wg.Go(func() { in.check.run(ctx) })
+		// Instances started at once would look after their leases in
+		// step (a cycle from each start) and take theirs at the same
+		// moments, aligning the ticks of every lease taken: a fleet's
+		// instances start at random points of a cycle, at least.
+		delay := rand.N(interval / 2)
+		fl.wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(delay):
+			}
+			coord.Run(ctx, func(v health.View) { fl.apply(i, in, v) })
+		})
+	}
+	fl.wg.Go(func() { fl.pingLoop(ctx) })
+	fl.await(time.Minute+time.Duration(n)*100*time.Millisecond, "every instance a member of the fleet", func() bool {
+		f, err := ReadFleet(context.Background(), fl.admin, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout}, nil)
+		return err == nil && len(f.Members) == n
+	})
+	fl.await(time.Minute, "every instance's first View", func() bool {
+		for _, in := range fl.ins {
+			if !in.shown.Load() {
+				return false
+			}
+		}
+		return true
+	})
+	fl.settling.Store(true)
+	for _, in := range fl.ins {
+		in.coord.SetTargets(fl.targets)
+		in.check.setTargets()
+	}
+	return fl
+}
+
+// pingLoop sends Redis a PING every probeBucket until ctx is done,
+// timing its round trip: how long Redis, and this loaded process, take to
+// answer anyone.
+func (fl *scaleFleet) pingLoop(ctx context.Context) {
+	t := time.NewTicker(probeBucket)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		start := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		err := fl.admin.Ping(cctx).Err()
+		cancel()
+		if err != nil {
+			continue
+		}
+		fl.pingMu.Lock()
+		fl.pingAt = append(fl.pingAt, start)
+		fl.pingRT = append(fl.pingRT, time.Since(start))
+		fl.pingMu.Unlock()
+	}
+}
+
+// pings returns the round trips of the PINGs sent in [from, to), sorted.
+func (fl *scaleFleet) pings(from, to time.Time) []time.Duration {
+	fl.pingMu.Lock()
+	defer fl.pingMu.Unlock()
+	var out []time.Duration
+	for i, at := range fl.pingAt {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, fl.pingRT[i])
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lateness returns the most any instance's ticks ran late since the last
+// call.
+func (fl *scaleFleet) lateness() time.Duration {
+	var l time.Duration
+	for _, in := range fl.ins {
+		l = max(l, in.check.lateness())
+	}
+	return l
+}
+
+// stop stops every instance (each releases its leases and leaves), then
+// closes the Redis clients.
+func (fl *scaleFleet) stop() {
+	fl.cancel()
+	fl.wg.Wait()
+	for _, c := range fl.clients {
+		c.Close()
+	}
+	fl.admin.Close()
+	scaleRedisLogs.CompareAndSwap(&fl.logs, nil)
+}
+
+// await waits until cond holds, failing the benchmark after d.
+func (fl *scaleFleet) await(d time.Duration, what string, cond func() bool) {
+	fl.tb.Helper()
+	if !fl.poll(d, cond) {
+		fl.tb.Fatalf("after %v: %s", d, what)
+	}
+}
+
+// poll waits until cond holds, at most d, and reports whether it did.
+func (fl *scaleFleet) poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return true
+}
+
+// apply hears the View of in, instance i.
+func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
+	in.shown.Store(true)
+	if fl.settling.Load() {
+		up := 0
+		for _, vd := range v {
+			if vd.State == health.Up {
+				up++
+			}
+		}
+		in.up.Store(int32(up))
+	}
+	if f := fl.flip.Load(); f != nil {
+		now := time.Now().UnixNano()
+		for j, k := range f.keys {
+			if v[fl.targets[k].Key].State == f.want {
+				f.seen[i*len(f.keys)+j].CompareAndSwap(0, now)
+			}
+		}
+	}
+}
+
+// probed counts a probe start of target i at now (Unix ns).
+func (fl *scaleFleet) probed(i int32, now int64) {
+	if b := (now - fl.start.UnixNano()) / int64(probeBucket); b >= 0 && b < int64(len(fl.buckets)) {
+		fl.buckets[b].Add(1)
+	}
+	fl.perTarget[i].Add(1)
+}
+
+// waited counts a probe that waited d for the budget.
+func (fl *scaleFleet) waited(d time.Duration) {
+	fl.delayed.Add(1)
+	for {
+		m := fl.waitMax.Load()
+		if int64(d) <= m || fl.waitMax.CompareAndSwap(m, int64(d)) {
+			return
+		}
+	}
+}
+
+// bucketOf is the bucket of t.
+func (fl *scaleFleet) bucketOf(t time.Time) int { return int(t.Sub(fl.start) / probeBucket) }
+
+// probes returns the probe starts per bucket in [from, to).
+func (fl *scaleFleet) probes(from, to time.Time) []int {
+	var out []int
+	for b := max(fl.bucketOf(from), 0); b < min(fl.bucketOf(to), len(fl.buckets)); b++ {
+		out = append(out, int(fl.buckets[b].Load()))
+	}
+	return out
+}
+
+// lastInterval is the probe starts in the last whole interval of buckets
+// before now.
+func (fl *scaleFleet) lastInterval() int {
+	now := time.Now()
+	sum := 0
+	for _, c := range fl.probes(now.Add(-fl.interval-probeBucket), now.Add(-probeBucket)) {
+		sum += c
+	}
+	return sum
+}
+
+// unsettled says why the fleet is not in its steady state, "" when it
+// is: every instance coordinated and seeing every target Up, every lease
+// held by one instance, and the last interval's probes within 5% of one
+// per target.
+func (fl *scaleFleet) unsettled() string {
+	m := len(fl.targets)
+	held := make(map[string]bool, m)
+	for i, in := range fl.ins {
+		if mode := in.coord.Mode(); mode != ModeCoordinated {
+			return fmt.Sprintf("instance %d is %q", i, mode)
+		}
+		if up := int(in.up.Load()); up != m {
+			return fmt.Sprintf("instance %d's View has %d of %d targets Up", i, up, m)
+		}
+		for _, k := range in.coord.Held() {
+			if held[k] {
+				return fmt.Sprintf("two instances hold the lease of %s", k)
+			}
+			held[k] = true
+		}
+	}
+	if len(held) != m {
+		return fmt.Sprintf("%d of %d leases held", len(held), m)
+	}
+	if p := fl.lastInterval(); p < m*95/100 || p > m*105/100 {
+		return fmt.Sprintf("%d probes in the last interval", p)
+	}
+	return ""
+}
+
+// settle waits, at most d, for the steady state (see unsettled) to hold
+// for an interval, and returns how long it took from the targets' start,
+// or why it did not come.
+func (fl *scaleFleet) settle(d time.Duration) (time.Duration, string) {
+	var since time.Time
+	why := ""
+	fl.poll(d, func() bool {
+		if why = fl.unsettled(); why != "" {
+			since = time.Time{}
+			return false
+		}
+		if since.IsZero() {
+			since = time.Now()
+		}
+		return time.Since(since) >= fl.interval
+	})
+	fl.settling.Store(false)
+	return time.Since(fl.start), why
+}
+
+// scaleFlip is a set of targets whose backends changed state at once, and
+// when each instance's View first showed each of them in the new state.
+type scaleFlip struct {
+	keys []int32
+	want health.State
+	at   time.Time
+	seen []atomic.Int64 // Unix ns, by instance × key; 0: not yet
+}
+
+// flipResult is what a flip found: per key, from the flip to the first
+// instance's View showing it and to the last one's.
+type flipResult struct {
+	first, last []time.Duration
+	missed      int // keys × instances that did not show it in time
+}
+
+// flipBackends makes the backends of keys up or down, and waits, at most
+// d, until every instance's View shows it.
+func (fl *scaleFleet) flipBackends(keys []int32, up bool, d time.Duration) flipResult {
+	want := health.Down
+	if up {
+		want = health.Up
+	}
+	n := len(fl.ins)
+	f := &scaleFlip{keys: keys, want: want, seen: make([]atomic.Int64, n*len(keys))}
+	f.at = time.Now()
+	fl.flip.Store(f)
+	for _, k := range keys {
+		fl.down[k].Store(!up)
+	}
+	fl.poll(d, func() bool {
+		for i := range f.seen {
+			if f.seen[i].Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	fl.flip.Store(nil)
+	var r flipResult
+	for j := range keys {
+		var first, last int64
+		for i := range n {
+			s := f.seen[i*len(keys)+j].Load()
+			if s == 0 {
+				r.missed++
+				continue
+			}
+			if first == 0 || s < first {
+				first = s
+			}
+			last = max(last, s)
+		}
+		if first != 0 {
+			r.first = append(r.first, time.Unix(0, first).Sub(f.at))
+			r.last = append(r.last, time.Unix(0, last).Sub(f.at))
+		}
+	}
+	return r
+}
