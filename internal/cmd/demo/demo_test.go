@@ -6,8 +6,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,7 +27,7 @@ import (
 // and with Redis started again they coordinate again. Once the demo is
 // stopped, none of the processes it started is left, nor its directory.
 func TestDemo(t *testing.T) {
-	bin := buildCoreDNS(t)
+	bin, _ := binaries(t)
 	t.Setenv("TMPDIR", os.TempDir()) // start sets it; stop restores it
 	// pgtest makes its initdb template once per process, in the TMPDIR of
 	// the first start: here the shared one, not a demo's directory that
@@ -156,18 +154,6 @@ func waitFor(t *testing.T, timeout time.Duration, cond func() error) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// buildCoreDNS builds cmd/coredns as make build does, into the test's
-// temporary directory.
-func buildCoreDNS(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "coredns")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/pgcluster/pgcluster/cmd/coredns").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build ./cmd/coredns: %v\n%s", err, out)
-	}
-	return bin
 }
 
 func TestCheckFree(t *testing.T) {

@@ -3,8 +3,9 @@
 // nodes are real PostgreSQL servers, a real redis-server, and three
 // bin/coredns instances serving pgcluster.lan from the registry on loopback
 // ports, sharing their health checks through Redis. It prints what to try
-// with dig, psql and redis-cli, and on Ctrl-C stops everything and removes
-// its temporary directory.
+// with dig, psql and redis-cli, and on Ctrl-C (or SIGTERM, the terminal
+// closed, its output's reader gone) stops everything and removes its
+// temporary directory.
 //
 // make run builds and starts it.
 package main
@@ -49,12 +50,33 @@ func main() {
 	flag.IntVar(&o.pgport, "pgport", 0, "registry PostgreSQL port on 127.0.0.1 (0: a free port)")
 	flag.Parse()
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Kept until the demo exits: a second signal while it stops (another
+	// write to a closed pipe, say) must not end it half-way.
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals()...)
 	defer stop()
 	if err := run(ctx, o); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
+}
+
+// stopSignals are the signals that stop the demo as Ctrl-C does, stopping
+// everything it started: the PostgreSQL servers run detached (pg_ctl) and
+// outlive a demo that dies instead. SIGPIPE is among them for the demo's
+// output piped to a reader that is gone (make run | tee, and Ctrl-C ends
+// tee as well): asked for, a write to the closed pipe fails and sends it,
+// where Go would otherwise end the demo at once. SIGHUP is the terminal
+// closed. SIGINT and SIGHUP are left alone when the demo was started with
+// them ignored (nohup, a background job of a script): asking for them
+// would undo that.
+func stopSignals() []os.Signal {
+	sigs := []os.Signal{syscall.SIGTERM, syscall.SIGPIPE}
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGHUP} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	return sigs
 }
 
 func run(ctx context.Context, o options) error {
@@ -66,7 +88,7 @@ func run(ctx context.Context, o options) error {
 
 	d, err := start(ctx, o, os.Stdout)
 	if errors.Is(err, context.Canceled) {
-		fmt.Println("\ndemo: interrupted; stopped everything it had started")
+		fmt.Printf("\ndemo: %v: stopped everything it had started\n", context.Cause(ctx))
 		return nil
 	}
 	if err != nil {
@@ -227,7 +249,7 @@ func (d *demo) wait(ctx context.Context, usr1 <-chan os.Signal) error {
 	for {
 		select {
 		case <-ctx.Done():
-			fmt.Fprintln(d.w, "\ndemo: stopping the fleet, Redis and PostgreSQL, removing", d.tmp)
+			fmt.Fprintf(d.w, "\ndemo: %v: stopping the fleet, Redis and PostgreSQL, removing %s\n", context.Cause(ctx), d.tmp)
 			return nil
 		case in := <-gone:
 			if left--; left == 0 {

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
+)
+
+// Time limits of the tests that run the demo as make run does.
+const (
+	// upTimeout bounds a demo's start: three PostgreSQL servers made by
+	// initdb and pg_basebackup, Redis and three instances, on a loaded
+	// 2-core machine (about 25 s alone).
+	upTimeout = 3 * time.Minute
+	// exitTimeout bounds a demo's shutdown once told to stop: the fleet's
+	// stopTimeout, then pg_ctl stop of four servers.
+	exitTimeout = time.Minute
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// binaries builds cmd/coredns as make build does and the demo as make run
+// does, once per test process, and returns their paths.
+func binaries(t *testing.T) (coredns, demo string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		if buildDir, buildErr = os.MkdirTemp("", "pgcluster-demo-test-bin-"); buildErr != nil {
+			return
+		}
+		for _, b := range [][2]string{{"coredns", "github.com/pgcluster/pgcluster/cmd/coredns"}, {"demo", "github.com/pgcluster/pgcluster/internal/cmd/demo"}} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, b[0]), b[1]).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "coredns"), filepath.Join(buildDir, "demo")
+}
+
+// demoRun is the demo running as its own process, its standard output and
+// error one pipe (make run 2>&1 | tee) read by the test.
+type demoRun struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	out    *proc.Buffer
+	r      *os.File      // the read end of its output: closing it is what tee's end does
+	exited chan struct{} // closed once it has exited
+	eof    chan struct{} // closed once its output is read to the end, or closed
+	tmp    string        // its directory, once up
+}
+
+// startDemo starts the demo binary with args, its TMPDIR tmpdir ("": the
+// test's), and stops it at the end of the test if it still runs.
+func startDemo(t *testing.T, name, tmpdir string, args ...string) *demoRun {
+	t.Helper()
+	coredns, demo := binaries(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &demoRun{t: t, name: name, out: &proc.Buffer{}, r: r, exited: make(chan struct{}), eof: make(chan struct{})}
+	d.cmd = exec.Command(demo, append([]string{"-coredns", coredns}, args...)...)
+	d.cmd.Stdout, d.cmd.Stderr = w, w
+	if tmpdir != "" {
+		d.cmd.Env = append(os.Environ(), "TMPDIR="+tmpdir)
+	}
+	// Should the test die, the demo is told to stop as by Ctrl-C, and
+	// stops what it started.
+	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	go func() {
+		io.Copy(d.out, r)
+		close(d.eof)
+	}()
+	go func() {
+		d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(func() {
+		if !d.hasExited() {
+			d.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-d.exited:
+			case <-time.After(exitTimeout):
+				d.cmd.Process.Kill()
+				<-d.exited
+			}
+		}
+		r.Close()
+		if t.Failed() {
+			t.Logf("the output of %s:\n%s", d.name, d.out)
+		}
+	})
+	return d
+}
+
+func (d *demoRun) hasExited() bool {
+	select {
+	case <-d.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitOutput waits until the demo's output holds s, failing the test if it
+// exits first or upTimeout passes.
+func (d *demoRun) waitOutput(s string) {
+	d.t.Helper()
+	deadline := time.After(upTimeout)
+	for !strings.Contains(d.out.String(), s) {
+		select {
+		case <-d.exited:
+			if strings.Contains(d.out.String(), s) {
+				return
+			}
+			d.t.Fatalf("%s exited (%s) before printing %q", d.name, d.cmd.ProcessState, s)
+		case <-deadline:
+			d.t.Fatalf("%s has not printed %q after %v", d.name, s, upTimeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// closingLine is the demo's last line of instructions: once printed, it
+// is up and waits for Ctrl-C.
+var closingLine = regexp.MustCompile(`Ctrl-C stops the fleet, Redis and PostgreSQL and removes (\S+)\.\n`)
+
+// waitUp waits until the demo has printed its instructions, and notes its
+// directory.
+func (d *demoRun) waitUp() {
+	d.t.Helper()
+	d.waitOutput("pgcluster demo is up")
+	d.waitOutput("Ctrl-C stops the fleet")
+	m := closingLine.FindStringSubmatch(d.out.String())
+	if m == nil {
+		d.t.Fatalf("%s: no directory in its closing line", d.name)
+	}
+	d.tmp = m[1]
+}
+
+// waitExit waits up to exitTimeout for the demo to exit and returns its
+// exit code.
+func (d *demoRun) waitExit() int {
+	d.t.Helper()
+	select {
+	case <-d.exited:
+		return d.cmd.ProcessState.ExitCode()
+	case <-time.After(exitTimeout):
+		d.t.Fatalf("%s still runs %v after it was told to stop", d.name, exitTimeout)
+		return 0
+	}
+}
+
+func (d *demoRun) signal(sig syscall.Signal) {
+	d.t.Helper()
+	if err := d.cmd.Process.Signal(sig); err != nil {
+		d.t.Fatalf("send %v to %s: %v", sig, d.name, err)
+	}
+}
+
+// demoPids matches the pids an up demo prints for its instances and Redis.
+var demoPids = regexp.MustCompile(`(?m)^  (coredns-\d) \S+  pid (\d+) |\((redis-server) pid (\d+)\)`)
+
+// started returns what the up demo runs, by pid: the instances and Redis,
+// as it prints them, and every process whose command line names its
+// directory (its PostgreSQL servers, started detached by pg_ctl, and the
+// instances again). It fails the test unless that is the fleet, Redis and
+// four PostgreSQL servers (the registry and three nodes).
+func (d *demoRun) started() map[int]string {
+	d.t.Helper()
+	pids := map[int]string{}
+	for _, m := range demoPids.FindAllStringSubmatch(d.out.String(), -1) {
+		name, pid := m[1]+m[3], m[2]+m[4]
+		n, _ := strconv.Atoi(pid)
+		pids[n] = name
+	}
+	postgres := 0
+	naming := processesNaming(d.tmp)
+	for pid, cmdline := range naming {
+		// A backend that a postmaster has just forked bears its command
+		// line until it sets its own title.
+		_, ppid := stat(pid)
+		if _, ok := naming[ppid]; ok {
+			continue
+		}
+		if _, ok := pids[pid]; ok {
+			continue
+		}
+		pids[pid] = cmdline
+		if strings.Contains(cmdline, "postgres -D ") {
+			postgres++
+		}
+	}
+	if len(pids) != fleetSize+1+postgres || postgres != 1+len(demoNodes) {
+		d.t.Fatalf("%s runs %v; want %d instances, Redis and %d PostgreSQL servers", d.name, pids, fleetSize, 1+len(demoNodes))
+	}
+	return pids
+}
+
+// processesNaming returns the live processes whose command line holds dir/,
+// by pid.
+func processesNaming(dir string) map[int]string {
+	found := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(b, []byte(dir+"/")) || !running(pid) {
+			continue
+		}
+		found[pid] = string(bytes.TrimSpace(bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+	}
+	return found
+}
+
+// running reports whether pid is a process that has not exited: a zombie
+// waiting for its parent to reap it has.
+func running(pid int) bool {
+	state, _ := stat(pid)
+	return state != 0 && state != 'Z'
+}
+
+// stat returns the state and the parent of a process from /proc/PID/stat,
+// state 0 when there is no such process.
+func stat(pid int) (state byte, ppid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	// "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, 0
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0][0], ppid
+}
+
+// checkNothingLeft fails the test if a process the demo had started still
+// runs, or its directory is still there.
+func (d *demoRun) checkNothingLeft(pids map[int]string) {
+	d.t.Helper()
+	for pid, name := range pids {
+		if running(pid) {
+			d.t.Errorf("%s has exited but %s (pid %d) still runs", d.name, name, pid)
+		}
+	}
+	for pid, cmdline := range processesNaming(d.tmp) {
+		d.t.Errorf("%s has exited but pid %d still runs: %s", d.name, pid, cmdline)
+	}
+	if _, err := os.Stat(d.tmp); !errors.Is(err, os.ErrNotExist) {
+		d.t.Errorf("%s has exited but its directory %s is still there (%v)", d.name, d.tmp, err)
+	}
+}
+
+// TestDemoStopsAsOnCtrlC runs the demo as make run does and ends it each
+// way a terminal session ends it besides Ctrl-C: its output piped to a
+// reader that is gone (make run 2>&1 | tee log, and Ctrl-C ends tee too),
+// SIGPIPE, the terminal closed (SIGHUP), SIGTERM. Each time it must stop
+// everything it started, as on Ctrl-C: its PostgreSQL servers run detached
+// (pg_ctl) and outlive a demo that dies instead.
+func TestDemoStopsAsOnCtrlC(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		// read: the test reads the demo's output to the end, so the
+		// demo's last words can be checked.
+		read bool
+		stop func(d *demoRun)
+	}{
+		{"interrupted, its output pipe's reader gone", false, func(d *demoRun) {
+			d.r.Close()
+			d.signal(syscall.SIGINT)
+		}},
+		{"output to a closed pipe", false, func(d *demoRun) {
+			d.r.Close()
+			// SIGUSR1 with Redis running makes the demo write a line.
+			d.signal(syscall.SIGUSR1)
+		}},
+		{"SIGPIPE", true, func(d *demoRun) { d.signal(syscall.SIGPIPE) }},
+		{"SIGHUP", true, func(d *demoRun) { d.signal(syscall.SIGHUP) }},
+		{"SIGTERM", true, func(d *demoRun) { d.signal(syscall.SIGTERM) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := startDemo(t, "the demo", "")
+			d.waitUp()
+			pids := d.started()
+			began := time.Now()
+			c.stop(d)
+			if code := d.waitExit(); code != 0 {
+				t.Errorf("the demo exited with status %d, want 0 as on Ctrl-C", code)
+			}
+			t.Logf("%s: stopped %d processes and removed its directory in %v", c.name, len(pids), time.Since(began).Round(time.Millisecond))
+			d.checkNothingLeft(pids)
+			if c.read && !strings.Contains(d.out.String(), "signal received: stopping the fleet, Redis and PostgreSQL, removing "+d.tmp) {
+				t.Errorf("the demo did not say it was stopping everything, as on Ctrl-C")
+			}
+		})
+	}
+}
