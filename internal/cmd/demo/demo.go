@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"time"
@@ -26,19 +25,21 @@ type node struct {
 }
 
 // demoNodes and demoAliases are the demo registry: cluster local with one
-// primary and two standbys, and prod → local, myapp-db → prod.
+// primary and two standbys, and prod → local, myapp-db → prod. Each node
+// has an address of its own, so that answers tell them apart; its port is
+// its server's, a free one (see startNodes).
 var (
 	demoNodes = []node{
-		{"local", "pg1", "127.0.0.11", "primary", 5432},
-		{"local", "pg2", "127.0.0.12", "standby", 5432},
-		{"local", "pg3", "127.0.0.13", "standby", 5432},
+		{"local", "pg1", "127.0.0.11", "primary", 0},
+		{"local", "pg2", "127.0.0.12", "standby", 0},
+		{"local", "pg3", "127.0.0.13", "standby", 0},
 	}
 	demoAliases = [][2]string{{"prod", "local"}, {"myapp-db", "prod"}}
 )
 
-// seed applies the registry schema and writes the demo registry. Running it
-// again resets the demo rows.
-func seed(ctx context.Context, dsn string) error {
+// seed applies the registry schema and writes the demo registry, nodes
+// as started by startNodes. Running it again resets the demo rows.
+func seed(ctx context.Context, dsn string, nodes []node) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return err
@@ -48,7 +49,7 @@ func seed(ctx context.Context, dsn string) error {
 		return fmt.Errorf("apply schema: %w", err)
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-		for _, n := range demoNodes {
+		for _, n := range nodes {
 			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_nodes (cluster, name, address, port, role)
 VALUES ($1, $2, $3, $4, $5)
 ON CONFLICT (cluster, name) DO UPDATE
@@ -67,18 +68,21 @@ ON CONFLICT (alias) DO UPDATE SET target = EXCLUDED.target`, a[0], a[1]); err !=
 	})
 }
 
-// startNodes starts a real PostgreSQL server for each demo node, listening on
-// the node's own loopback address and port, so that clients (pgdiscover,
-// psql) reach them through the zone: the first node a primary, the others
-// its streaming standbys (pg_basebackup -R), so that check postgres reads
-// real roles. A node whose server cannot start (its port taken by a
-// PostgreSQL listening on every address, say) stays in the registry without
-// a server, and w says so. The servers are returned by node name.
-func startNodes(w io.Writer) map[string]*pgtest.Postgres {
+// startNodes starts a real PostgreSQL server for each demo node, listening
+// on the node's own loopback address, so that clients (pgdiscover, psql)
+// reach them through the zone: the first node a primary, the others its
+// streaming standbys (pg_basebackup -R), so that check postgres reads real
+// roles. Each takes a free port on its address, as everything else the
+// demo starts does: a fixed one (5432) would be another demo's, or a local
+// PostgreSQL's, and this demo's fleet would check their servers as its
+// own. It returns the nodes with their ports, and the servers by node
+// name; on error it has stopped those it started.
+func startNodes() ([]node, map[string]*pgtest.Postgres, error) {
+	var nodes []node
 	started := map[string]*pgtest.Postgres{}
 	var primary *pgtest.Postgres
 	for _, n := range demoNodes {
-		opts := pgtest.Options{Host: n.address, Port: n.port}
+		opts := pgtest.Options{Host: n.address}
 		var pg *pgtest.Postgres
 		var err error
 		if primary == nil {
@@ -87,15 +91,19 @@ func startNodes(w io.Writer) map[string]*pgtest.Postgres {
 			pg, err = pgtest.StartStandby(primary, opts)
 		}
 		if err != nil {
-			fmt.Fprintf(w, "demo: node %s has no server at %s:%d: %v\n", n.name, n.address, n.port, firstLine(err))
-			continue
+			for _, pg := range started {
+				pg.Close()
+			}
+			return nil, nil, fmt.Errorf("start the server of node %s on %s: %v", n.name, n.address, firstLine(err))
 		}
 		if primary == nil {
 			primary = pg
 		}
 		started[n.name] = pg
+		n.port = pg.Port
+		nodes = append(nodes, n)
 	}
-	return started
+	return nodes, started, nil
 }
 
 func firstLine(err error) string {

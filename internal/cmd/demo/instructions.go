@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
@@ -23,6 +25,11 @@ func instructions(w io.Writer, d *demo) {
 		servers = append(servers, in.dns)
 	}
 	fmt.Fprintf(w, "  Corefile  %s (the others' differ only in their ports)\n", in.conf)
+	var nodes []string
+	for _, n := range d.rows {
+		nodes = append(nodes, n.name+" "+net.JoinHostPort(n.address, strconv.Itoa(n.port))+" "+n.role)
+	}
+	fmt.Fprintf(w, "  nodes     %s\n", strings.Join(nodes, ", "))
 	fmt.Fprintf(w, "  redis     %s  (redis-server pid %d)\n", d.redis.URL(), d.redis.Pid())
 	fmt.Fprintf(w, "  registry  %s\n", psql)
 	if d.settleErr != nil {
@@ -45,7 +52,7 @@ Each node is a real PostgreSQL server on its own address. Find the fastest,
 and follow the topology as it changes (the instances in failover order):
   bin/pgdiscover -dns %[3]s -v prod.%[2]s
   bin/pgdiscover -dns %[3]s -watch -v primary.prod.%[2]s
-  psql -h "$(bin/pgdiscover -dns %[3]s primary.prod.%[2]s | cut -d: -f1)" -U postgres -c 'SELECT inet_server_addr()'
+  psql "postgres://postgres@$(bin/pgdiscover -dns %[3]s primary.prod.%[2]s)/postgres" -c 'SELECT inet_server_addr(), inet_server_port()'
 
 Take a node out of the answers through the registry, and bring it back:
   %[4]s -c "UPDATE pgcluster_nodes SET healthy = false WHERE cluster = 'local' AND name = 'pg3'"

@@ -1,6 +1,7 @@
 // Command demo runs a small pgcluster fleet on this machine: a real
 // PostgreSQL on a loopback port holding a registry with a demo cluster whose
-// nodes are real PostgreSQL servers, a real redis-server, and three
+// nodes are real PostgreSQL servers (each on its own loopback address, on a
+// free port: two demos never share a server), a real redis-server, and three
 // bin/coredns instances serving pgcluster.lan from the registry on loopback
 // ports, sharing their health checks through Redis. It prints what to try
 // with dig, psql and redis-cli, and on Ctrl-C (or SIGTERM, the terminal
@@ -112,7 +113,8 @@ type demo struct {
 	oldTMPDIR string
 	registry  *pgtest.Postgres
 	dsn       string
-	nodes     map[string]*pgtest.Postgres // by node name; a node whose server could not start has none
+	rows      []node                      // the nodes as in the registry, with their servers' ports
+	nodes     map[string]*pgtest.Postgres // the nodes' servers, by node name
 	redis     *redistest.Server
 	fleet     []*instance
 	answer    string       // what prod.Z answered first
@@ -133,11 +135,19 @@ func start(ctx context.Context, o options, w io.Writer) (_ *demo, err error) {
 	if _, err := os.Stat(coredns); err != nil {
 		return nil, fmt.Errorf("%s: %w (make build writes it)", o.coredns, err)
 	}
+	// Ports given on the command line are checked before anything starts:
+	// a demo that cannot run says so in one line and leaves nothing
+	// behind. Everything else takes free ports.
 	if o.port != 0 {
 		for i := range fleetSize {
 			if err := checkFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(o.port+i)), true); err != nil {
 				return nil, fmt.Errorf("DNS port %d on 127.0.0.1 is taken (%v): choose another with -port, or leave -port out for free ports", o.port+i, err)
 			}
+		}
+	}
+	if o.pgport != 0 {
+		if err := checkFree(net.JoinHostPort("127.0.0.1", strconv.Itoa(o.pgport)), false); err != nil {
+			return nil, fmt.Errorf("registry port %d on 127.0.0.1 is taken (%v): choose another with -pgport, or leave -pgport out for a free port", o.pgport, err)
 		}
 	}
 
@@ -167,14 +177,16 @@ func start(ctx context.Context, o options, w io.Writer) (_ *demo, err error) {
 		return nil, fmt.Errorf("start PostgreSQL: %w", err)
 	}
 	d.dsn = d.registry.DSN("")
-	if err := seed(ctx, d.dsn); err != nil {
-		return nil, fmt.Errorf("write the demo registry: %w", err)
-	}
 
 	fmt.Fprintln(w, "demo: starting a PostgreSQL server for each node")
-	d.nodes = startNodes(w)
+	if d.rows, d.nodes, err = startNodes(); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if err := seed(ctx, d.dsn, d.rows); err != nil {
+		return nil, fmt.Errorf("write the demo registry: %w", err)
 	}
 
 	fmt.Fprintln(w, "demo: starting redis-server")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/proc"
 )
@@ -338,4 +341,213 @@ func TestDemoStopsAsOnCtrlC(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTwoDemos runs two demos at once, as two make run in two terminals:
+// the second runs on its own — its own node servers, checked by its own
+// fleet, in its own registry — and the first answers as before, whatever
+// happens to the second's nodes. A demo asked for a port that one of them
+// holds refuses before it starts anything, in one line naming the port.
+func TestTwoDemos(t *testing.T) {
+	first := startDemo(t, "the first demo", "")
+	first.waitUp()
+	firstNodes := first.srvPorts()
+	first.checkOwnNodes(firstNodes)
+
+	second := startDemo(t, "the second demo", "")
+	second.waitUp()
+	secondNodes := second.srvPorts()
+	second.checkOwnNodes(secondNodes)
+	for name, addr := range secondNodes {
+		if firstNodes[name] == addr {
+			t.Errorf("both demos have %s at %s", name, addr)
+		}
+	}
+	if got := first.srvPorts(); fmt.Sprint(got) != fmt.Sprint(firstNodes) {
+		t.Errorf("with the second demo up, the first answers SRV %v; it answered %v before", got, firstNodes)
+	}
+	for _, d := range []*demoRun{first, second} {
+		for _, server := range d.dnsServers() {
+			waitFor(t, 15*time.Second, func() error { return answersPrimary(server, "127.0.0.11") })
+		}
+	}
+
+	// The second's pg3 stopped: the second's fleet takes it out, the
+	// first's, checking its own pg3, keeps it.
+	stopLine := regexp.MustCompile(`(?m)^  (\S.*/pg_ctl -D \S+ -l \S+ stop -m fast)$`).FindStringSubmatch(second.out.String())
+	if stopLine == nil || !strings.Contains(stopLine[1], "-D "+second.tmp+"/") {
+		t.Fatalf("the second demo printed no pg_ctl line stopping its pg3: %q", stopLine)
+	}
+	if out, err := exec.Command("sh", "-c", stopLine[1]).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", stopLine[1], err, out)
+	}
+	for _, server := range second.dnsServers() {
+		waitFor(t, 20*time.Second, func() error { return answersProd(server, []string{"127.0.0.11", "127.0.0.12"}) })
+	}
+	for _, server := range first.dnsServers() {
+		if err := answersProd(server, []string{"127.0.0.11", "127.0.0.12", "127.0.0.13"}); err != nil {
+			t.Errorf("the second demo's pg3 stopped, the first: %v", err)
+		}
+	}
+
+	// Ports given on the command line that a running demo holds.
+	dnsPort := strings.TrimPrefix(first.dnsServers()[0], "127.0.0.1:")
+	registry := regexp.MustCompile(`registry  psql 'postgres://postgres@127\.0\.0\.1:(\d+)/`).FindStringSubmatch(first.out.String())
+	if registry == nil {
+		t.Fatal("the first demo printed no registry line")
+	}
+	for _, c := range []struct {
+		args  []string
+		taken string
+	}{
+		{[]string{"-port", dnsPort}, "DNS port " + dnsPort + " on 127.0.0.1 is taken"},
+		{[]string{"-pgport", registry[1]}, "registry port " + registry[1] + " on 127.0.0.1 is taken"},
+	} {
+		tmpdir := t.TempDir()
+		third := startDemo(t, "a demo with "+strings.Join(c.args, " "), tmpdir, c.args...)
+		if code := third.waitExit(); code != 1 {
+			t.Errorf("%s exited with status %d, want 1", third.name, code)
+		}
+		out := third.readAll()
+		if strings.Count(out, "\n") != 1 || !strings.Contains(out, c.taken) {
+			t.Errorf("%s printed %q; want one line saying %q", third.name, out, c.taken)
+		}
+		if entries, _ := os.ReadDir(tmpdir); len(entries) != 0 {
+			t.Errorf("%s left %v in its TMPDIR: it started something before refusing", third.name, entries)
+		}
+	}
+}
+
+// readAll returns the output of an exited demo, read to its end: the pipe
+// ends once the demo and every child holding it have exited.
+func (d *demoRun) readAll() string {
+	d.t.Helper()
+	select {
+	case <-d.eof:
+	case <-time.After(exitTimeout):
+		d.t.Errorf("%s: its output still open %v after it exited", d.name, exitTimeout)
+	}
+	return d.out.String()
+}
+
+// dnsServers returns the DNS addresses of the up demo's instances.
+func (d *demoRun) dnsServers() []string {
+	var servers []string
+	for _, m := range regexp.MustCompile(`(?m)^  coredns-\d (\S+)  pid`).FindAllStringSubmatch(d.out.String(), -1) {
+		servers = append(servers, m[1])
+	}
+	if len(servers) != fleetSize {
+		d.t.Fatalf("%s printed %d instances, want %d", d.name, len(servers), fleetSize)
+	}
+	return servers
+}
+
+// srvPorts asks each instance of the demo for the SRV records of cluster
+// local and returns the nodes' addresses by name, failing the test unless
+// every instance gives the same three.
+func (d *demoRun) srvPorts() map[string]string {
+	d.t.Helper()
+	var first map[string]string
+	for _, server := range d.dnsServers() {
+		var nodes map[string]string
+		waitFor(d.t, 15*time.Second, func() error {
+			var err error
+			nodes, err = srvAddrs(server)
+			if err == nil && len(nodes) != len(demoNodes) {
+				err = fmt.Errorf("%s: SRV names %d nodes, want %d: %v", server, len(nodes), len(demoNodes), nodes)
+			}
+			return err
+		})
+		if first != nil && fmt.Sprint(nodes) != fmt.Sprint(first) {
+			d.t.Fatalf("%s: instances answer SRV %v and %v", d.name, first, nodes)
+		}
+		first = nodes
+	}
+	return first
+}
+
+// checkOwnNodes fails the test unless nodes, as the demo's fleet answers
+// them, are the nodes in the demo's own printed list, each served by a
+// PostgreSQL server that the demo started (its command line names the
+// demo's directory) on that port.
+func (d *demoRun) checkOwnNodes(nodes map[string]string) {
+	d.t.Helper()
+	servers := map[string]bool{}
+	for _, cmdline := range processesNaming(d.tmp) {
+		if m := regexp.MustCompile(`postgres -D \S+ -p (\d+)`).FindStringSubmatch(cmdline); m != nil {
+			servers[m[1]] = true
+		}
+	}
+	for name, addr := range nodes {
+		if !strings.Contains(d.out.String(), name+" "+addr) {
+			d.t.Errorf("%s: its fleet answers %s at %s, which its output does not list", d.name, name, addr)
+		}
+		_, port, _ := strings.Cut(addr, ":")
+		if !servers[port] {
+			d.t.Errorf("%s: its fleet answers %s at %s, where no server of its own listens (its servers: %v)", d.name, name, addr, servers)
+		}
+	}
+}
+
+// srvAddrs asks server for the SRV records of cluster local and returns
+// each node's address and port, by node name.
+func srvAddrs(server string) (map[string]string, error) {
+	r, err := exchange(server, "_postgresql._tcp.local."+zone, dns.TypeSRV)
+	if err != nil {
+		return nil, err
+	}
+	nodes := map[string]string{}
+	for _, rr := range r.Answer {
+		srv, ok := rr.(*dns.SRV)
+		if !ok {
+			continue
+		}
+		a, err := exchange(server, srv.Target, dns.TypeA)
+		if err != nil {
+			return nil, err
+		}
+		if len(a.Answer) != 1 {
+			return nil, fmt.Errorf("%s: %s has %d records, want one A", server, srv.Target, len(a.Answer))
+		}
+		ip, ok := a.Answer[0].(*dns.A)
+		if !ok {
+			return nil, fmt.Errorf("%s: %s answers %v, want an A record", server, srv.Target, a.Answer[0])
+		}
+		name, _, _ := strings.Cut(srv.Target, ".")
+		nodes[name] = net.JoinHostPort(ip.A.String(), strconv.Itoa(int(srv.Port)))
+	}
+	return nodes, nil
+}
+
+// answersPrimary checks that server answers primary.local.Z with one A
+// record, want: a fleet checking servers of two demos sees two primaries
+// and answers none.
+func answersPrimary(server, want string) error {
+	r, err := exchange(server, "primary.local."+zone, dns.TypeA)
+	if err != nil {
+		return err
+	}
+	if len(r.Answer) != 1 {
+		return fmt.Errorf("%s: primary.local.%s answers %v, want one A %s", server, zone, r.Answer, want)
+	}
+	if a, ok := r.Answer[0].(*dns.A); !ok || a.A.String() != want {
+		return fmt.Errorf("%s: primary.local.%s answers %v, want A %s", server, zone, r.Answer[0], want)
+	}
+	return nil
+}
+
+// exchange asks server one question and returns the answer when it is
+// NOERROR.
+func exchange(server, name string, qtype uint16) (*dns.Msg, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(dns.Fqdn(name), qtype)
+	c := &dns.Client{Timeout: time.Second}
+	r, _, err := c.Exchange(m, server)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s: %w", server, name, err)
+	}
+	if r.Rcode != dns.RcodeSuccess {
+		return nil, fmt.Errorf("%s: %s: %s", server, name, dns.RcodeToString[r.Rcode])
+	}
+	return r, nil
 }
