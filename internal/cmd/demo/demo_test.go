@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,8 +75,20 @@ func TestDemo(t *testing.T) {
 		t.Errorf("start said the fleet had not settled: %v", d.settleErr)
 	}
 
+	// The printed loop over the fleet's metrics names the instance of
+	// each line.
+	var text bytes.Buffer
+	redisInstructions(&text, d, os.Getpid())
+	loop := metricsLoop(d)
+	if !strings.Contains(text.String(), "  "+loop+"\n") {
+		t.Fatalf("the Redis instructions do not print the metrics loop %q:\n%s", loop, &text)
+	}
+	checkMetricsLoop(t, d, loop)
+
 	// Redis stopped: every instance checks locally, answering all the
-	// while. Started again: coordinated again, one lease per node.
+	// while. Started again: coordinated again, one lease per node, and
+	// the demo prints the new server's pid to freeze it with.
+	oldPid := d.redis.Pid()
 	d.redis.Stop()
 	if states, err := waitMode(ctx, d.fleet, modeLocal, 0, 15*time.Second); err != nil {
 		t.Fatalf("Redis stopped, the fleet is not in local mode: %v (%s)", err, describe(states))
@@ -87,6 +101,14 @@ func TestDemo(t *testing.T) {
 	d.redisBack()
 	if states, err := waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), 15*time.Second); err != nil {
 		t.Fatalf("Redis back, the fleet is not coordinated with one lease per node: %v (%s)", err, describe(states))
+	}
+	newPid := d.redis.Pid()
+	if newPid == oldPid || newPid == 0 {
+		t.Errorf("redis-server's pid is %d after the restart, %d before; want a new process", newPid, oldPid)
+	}
+	back := out.String()[strings.LastIndex(out.String(), "demo: redis-server is back on"):]
+	if want := fmt.Sprintf("kill -STOP %d, thaw it with kill -CONT %d\n", newPid, newPid); !strings.Contains(back, want) {
+		t.Errorf("after the restart the demo printed %q; want the new pid: %q", back, want)
 	}
 
 	pids := map[int]string{d.redis.Pid(): "redis-server"}
@@ -109,6 +131,37 @@ func TestDemo(t *testing.T) {
 	}
 	if got := os.Getenv("TMPDIR"); got != os.TempDir() {
 		t.Errorf("TMPDIR is %q after the demo stopped, want it restored", got)
+	}
+}
+
+// checkMetricsLoop runs the printed loop over the fleet's metrics and
+// checks that it prints each instance's mode and leases, each line after
+// the instance's name. It needs curl, as a person running it does.
+func checkMetricsLoop(t *testing.T, d *demo, loop string) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Logf("not running the metrics loop: %v", err)
+		return
+	}
+	out, err := exec.Command("bash", "-c", loop).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", loop, err, out)
+	}
+	modes := map[string]int{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		name, metric, _ := strings.Cut(line, ": ")
+		if !strings.HasPrefix(metric, "coredns_pgcluster_redis_") {
+			t.Errorf("the metrics loop printed %q: not an instance's name and a metric", line)
+		}
+		if strings.HasPrefix(metric, "coredns_pgcluster_redis_mode{") {
+			modes[name]++
+		}
+	}
+	// An instance that never held a lease has no leases line.
+	for _, in := range d.fleet {
+		if modes[in.name] != 1 {
+			t.Errorf("the metrics loop printed %d mode lines for %s, want one:\n%s", modes[in.name], in.name, out)
+		}
 	}
 }
 

@@ -48,6 +48,12 @@ func (in *instance) port() string {
 	return p
 }
 
+// metricsPort returns the port of the instance's metrics.
+func (in *instance) metricsPort() string {
+	_, p, _ := net.SplitHostPort(in.metrics)
+	return p
+}
+
 // metricsURL returns the URL of the instance's metrics.
 func (in *instance) metricsURL() string { return "http://" + in.metrics + "/metrics" }
 

@@ -63,14 +63,27 @@ Look at the registry:
 `, dig, zone, strings.Join(servers, ","), psql)
 }
 
+// fleetLoop is a shell loop running cmd once per instance of the fleet,
+// each output line prefixed with the instance's name: in cmd, $p is the
+// port that port returns for the instance.
+func fleetLoop(d *demo, port func(*instance) string, cmd string) string {
+	var items []string
+	for _, in := range d.fleet {
+		items = append(items, in.name+":"+port(in))
+	}
+	return "for i in " + strings.Join(items, " ") + "; do p=${i#*:}; " + cmd + " | sed \"s/^/${i%%:*}: /\"; done"
+}
+
 // digLoop is a shell loop asking every instance of the fleet for name, one
 // line per instance.
 func digLoop(d *demo, name string) string {
-	var ports []string
-	for _, in := range d.fleet {
-		ports = append(ports, in.port())
-	}
-	return "for p in " + strings.Join(ports, " ") + "; do echo $p: $(dig @127.0.0.1 -p $p +short " + name + "); done"
+	return fleetLoop(d, (*instance).port, "echo $(dig @127.0.0.1 -p $p +short "+name+")")
+}
+
+// metricsLoop is a shell loop printing each instance's Redis mode and
+// leases, each line naming the instance.
+func metricsLoop(d *demo) string {
+	return fleetLoop(d, (*instance).metricsPort, "curl -s http://127.0.0.1:$p/metrics | grep -E '^coredns_pgcluster_redis_(mode.* 1$|leases)'")
 }
 
 // checkInstructions prints what to try with the health checks: stop a node's
@@ -110,12 +123,7 @@ address meanwhile (TXT state=held, then state=serving node=pg2):
 // watch the instances fall back to local checks, bring it back and watch
 // them rejoin.
 func redisInstructions(w io.Writer, d *demo, demoPid int) {
-	var ports []string
-	for _, in := range d.fleet {
-		_, p, _ := strings.Cut(in.metrics, ":")
-		ports = append(ports, p)
-	}
-	modes := "for m in " + strings.Join(ports, " ") + "; do curl -s http://127.0.0.1:$m/metrics | grep -E '^coredns_pgcluster_redis_(mode.* 1$|leases)'; done"
+	modes := metricsLoop(d)
 	_, redisPort, _ := strings.Cut(d.redis.Addr(), ":")
 	pid := d.redis.Pid()
 	fmt.Fprintf(w, `Each instance is coordinated, with its share of the leases:
@@ -126,7 +134,7 @@ while; the node loop above still works:
   redis-cli -p %[2]s shutdown nosave        # or: kill -STOP %[3]d
   %[1]s
 Bring it back, and watch them rejoin within a second ("rejoining the fleet"):
-  kill -USR1 %[4]d                          # the demo starts redis-server again on port %[2]s; after kill -STOP: kill -CONT %[3]d
+  kill -USR1 %[4]d                          # the demo starts redis-server again on port %[2]s, and prints its new pid; after kill -STOP: kill -CONT %[3]d
   %[1]s
 
 Ctrl-C stops the fleet, Redis and PostgreSQL and removes %[5]s.

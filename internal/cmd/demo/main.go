@@ -285,5 +285,6 @@ func (d *demo) redisBack() {
 		fmt.Fprintln(d.w, "demo: redis-server did not start:", err)
 		return
 	}
-	fmt.Fprintf(d.w, "demo: redis-server is back on %s (pid %d), empty: the instances rejoin and write their statuses again\n", d.redis.Addr(), d.redis.Pid())
+	pid := d.redis.Pid()
+	fmt.Fprintf(d.w, "demo: redis-server is back on %s (pid %d), empty: the instances rejoin and write their statuses again; freeze this one with kill -STOP %d, thaw it with kill -CONT %d\n", d.redis.Addr(), pid, pid, pid)
 }
