@@ -470,3 +470,51 @@ func TestFeedHolderDiesStopsCovering(t *testing.T) {
 		return total == 1
 	})
 }
+
+// A member's watermark rewritten far ahead every 20 ms by someone without
+// the secret is refused (unsigned: its member counts as one that stores
+// none this time, logged once) and costs no read of anyone's statuses;
+// without a secret, the forged watermark costs reads of that member's
+// statuses, not the fleet's views: in both, a stopped backend leaves
+// every view within the bound and a new instance never sees it up.
+func TestFeedForgedWatermarks(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		secret []byte
+	}{{"secret", attackSecret}, {"no secret", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := startAttackFleet(t, 3, 3, tc.secret)
+			ctx, stop := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			t.Cleanup(func() { stop(); wg.Wait() })
+			var before int64
+			var entries []string
+			for _, in := range f.ins {
+				before += in.coord.gapReads.Load()
+				entries = append(entries, in.coord.leases.memberEntry())
+			}
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					for _, e := range entries {
+						f.raw.HSet(ctx, watermarksKey("fleet:"), e, "999999999999")
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			})
+			took := f.leaves(t, 0)
+			f.newcomer(t, 0)
+			var reads int64
+			for _, in := range f.ins[:3] {
+				reads += in.coord.gapReads.Load()
+			}
+			reads -= before
+			t.Logf("watermarks forged every 20 ms: backend gone from every view in %v (bound %v), %d reads of a member's statuses after a gap", took.Round(time.Millisecond), attackBound, reads)
+			if tc.secret != nil {
+				if reads != 0 {
+					t.Errorf("%d reads after a gap for unsigned watermarks, want none: they must not count", reads)
+				}
+				f.quietLogs(t, "watermark ignored")
+			}
+		})
+	}
+}
