@@ -22,7 +22,7 @@ const scaleInterval = 2 * time.Second
 
 // Defaults of the scale benchmark's environment (see BenchmarkScale).
 const (
-	scaleDefaultSizes      = "20x1000,100x1000,20x10000"
+	scaleDefaultSizes      = "20x1000,100x1000"
 	scaleDefaultWindow     = 20 * time.Second
 	scaleDefaultFlips      = 3
 	scaleDefaultSettle     = 90 * time.Second
@@ -245,7 +245,9 @@ type scaleSnap struct {
 func (fl *scaleFleet) snap(b *testing.B) scaleSnap {
 	rs, err := readRedisStats(context.Background(), fl.admin)
 	if err != nil {
-		b.Fatalf("INFO: %v", err)
+		// A Redis that does not answer INFO within its minute is a
+		// figure too: those of Redis are then missing.
+		fmt.Printf("scale: Redis did not answer INFO: %v\n", err)
 	}
 	s := scaleSnap{at: time.Now(), redis: rs, cpu: processCPU(), writes: fl.writes.Load(), published: fl.published.Load(),
 		sent: fl.sent.Load(), trips: fl.trips.Load(), resyncs: fl.resyncs.Load(), perTarget: make([]int32, len(fl.perTarget)), load: loadAverage()}
@@ -295,21 +297,28 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	cmds, cmdTotal := rates(from.redis, to.redis)
 	writes := float64(to.writes - from.writes)
 	redisCores := (to.redis.cpu - from.redis.cpu) / secs
-	mt := float64(m) / scaleInterval.Seconds()
-	var top []string
-	for _, c := range cmds[:min(6, len(cmds))] {
-		top = append(top, fmt.Sprintf("%s %s", c.name, thousands(c.rate)))
+	if from.redis.ok && to.redis.ok {
+		mt := float64(m) / scaleInterval.Seconds()
+		var top []string
+		for _, c := range cmds[:min(6, len(cmds))] {
+			top = append(top, fmt.Sprintf("%s %s", c.name, thousands(c.rate)))
+		}
+		say("Redis: %s commands/s (%.1f x M/T = %s; scripts' commands included: %s), for %s status writes/s (%s published/s)",
+			thousands(cmdTotal), cmdTotal/mt, thousands(mt), strings.Join(top, ", "), thousands(writes/secs), thousands(float64(to.published-from.published)/secs))
+		perWrite := 0.0
+		if writes > 0 {
+			perWrite = (to.redis.cpu - from.redis.cpu) / writes * 1e6
+		}
+		say("Redis CPU %.3f core (%.1f µs per status write), memory %.1f MB used, %.1f MB RSS",
+			redisCores, perWrite, mb(to.redis.mem), mb(to.redis.rss))
+		b.ReportMetric(cmdTotal, "redis-cmds/s")
+		b.ReportMetric(redisCores, "redis-cores")
+		b.ReportMetric(mb(to.redis.rss), "redis-MB")
+	} else {
+		say("Redis: NO FIGURES, it did not answer INFO within a minute; %s status writes/s", thousands(writes/secs))
 	}
-	say("  Redis: %s commands/s (%.1f x M/T = %s; scripts' commands included: %s), for %s status writes/s (%s published/s)",
-		thousands(cmdTotal), cmdTotal/mt, thousands(mt), strings.Join(top, ", "), thousands(writes/secs), thousands(float64(to.published-from.published)/secs))
-	say("  the instances sent %s commands/s in %s round trips/s; %.1f resyncs per instance",
+	say("the instances sent %s commands/s in %s round trips/s; %.1f resyncs per instance",
 		thousands(float64(to.sent-from.sent)/secs), thousands(float64(to.trips-from.trips)/secs), float64(to.resyncs-from.resyncs)/float64(n))
-	perWrite := 0.0
-	if writes > 0 {
-		perWrite = (to.redis.cpu - from.redis.cpu) / writes * 1e6
-	}
-	say("  Redis CPU %.3f core (%.1f µs per status write), memory %.1f MB used, %.1f MB RSS",
-		redisCores, perWrite, mb(to.redis.mem), mb(to.redis.rss))
 
 	pings := fl.pings(from.at, to.at)
 	say("  Redis PING from the harness every %v: p50 %v, p99 %v, max %v; simulated checks ran at most %v late; load average %s, then %s",
@@ -364,9 +373,6 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 		say("  log %s", l)
 	}
 	b.ReportMetric(ppi, "probes/backend/interval")
-	b.ReportMetric(cmdTotal, "redis-cmds/s")
-	b.ReportMetric(redisCores, "redis-cores")
-	b.ReportMetric(mb(to.redis.rss), "redis-MB")
 	b.ReportMetric(procCores/float64(n), "cores/instance")
 	b.ReportMetric(mb(int64(ms.HeapAlloc))/float64(n), "MB/instance")
 }

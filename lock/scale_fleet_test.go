@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -84,8 +85,9 @@ type scaleFleet struct {
 type scaleInstance struct {
 	coord *Coordinator
 	check *simChecker
-	up    atomic.Int32 // targets Up in its last View, while settling
-	shown atomic.Bool  // Run has made its first View
+	up    atomic.Int32                // targets Up in its last View, while settling
+	view  atomic.Pointer[health.View] // its last View, while settling
+	shown atomic.Bool                 // Run has made its first View
 
 	mu    sync.Mutex
 	modes []modeChange
@@ -388,6 +390,7 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 			}
 		}
 		in.up.Store(int32(up))
+		in.view.Store(&v)
 	}
 	if f := fl.flip.Load(); f != nil {
 		now := time.Now().UnixNano()
@@ -453,7 +456,7 @@ func (fl *scaleFleet) unsettled() string {
 			return fmt.Sprintf("instance %d is %q", i, mode)
 		}
 		if up := int(in.up.Load()); up != m {
-			return fmt.Sprintf("instance %d's View has %d of %d targets Up", i, up, m)
+			return fmt.Sprintf("instance %d's View has %d of %d targets Up%s", i, up, m, fl.notUp(in))
 		}
 		for _, k := range in.coord.Held() {
 			if held[k] {
@@ -469,6 +472,27 @@ func (fl *scaleFleet) unsettled() string {
 		return fmt.Sprintf("%d probes in the last interval", p)
 	}
 	return ""
+}
+
+// notUp names a few targets in's last View does not have Up, and what
+// its coordinator says of them now.
+func (fl *scaleFleet) notUp(in *scaleInstance) string {
+	v := in.view.Load()
+	if v == nil {
+		return ""
+	}
+	var out []string
+	for _, t := range fl.targets {
+		if (*v)[t.Key].State == health.Up {
+			continue
+		}
+		probe, seed := in.coord.Claim(t)
+		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d)", t.Key, (*v)[t.Key].State, probe, seed.Verdict.State, seed.OK, seed.Fail))
+		if len(out) == 3 {
+			break
+		}
+	}
+	return ": " + strings.Join(out, ", ")
 }
 
 // settle waits, at most d, for the steady state (see unsettled) to hold
@@ -488,6 +512,9 @@ func (fl *scaleFleet) settle(d time.Duration) (time.Duration, string) {
 		return time.Since(since) >= fl.interval
 	})
 	fl.settling.Store(false)
+	for _, in := range fl.ins {
+		in.view.Store(nil)
+	}
 	return time.Since(fl.start), why
 }
 

@@ -21,17 +21,18 @@ type redisStats struct {
 	cpu   float64          // used_cpu_sys + used_cpu_user, seconds
 	mem   int64            // used_memory, bytes
 	rss   int64            // used_memory_rss, bytes
+	ok    bool             // INFO answered
 }
 
 // readRedisStats reads INFO commandstats, cpu and memory.
 func readRedisStats(ctx context.Context, admin *redis.Client) (redisStats, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	info, err := admin.Info(ctx, "commandstats", "cpu", "memory").Result()
-	if err != nil {
-		return redisStats{}, err
-	}
 	st := redisStats{at: time.Now(), calls: map[string]int64{}}
+	if err != nil {
+		return st, err
+	}
 	sc := bufio.NewScanner(strings.NewReader(info))
 	for sc.Scan() {
 		name, value, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
@@ -55,6 +56,7 @@ func readRedisStats(ctx context.Context, admin *redis.Client) (redisStats, error
 			st.rss, _ = strconv.ParseInt(value, 10, 64)
 		}
 	}
+	st.ok = sc.Err() == nil
 	return st, sc.Err()
 }
 
