@@ -83,11 +83,12 @@ type scaleFleet struct {
 
 // scaleInstance is one coordinator of the fleet and its checker.
 type scaleInstance struct {
-	coord *Coordinator
-	check *simChecker
-	up    atomic.Int32                // targets Up in its last View, while settling
-	view  atomic.Pointer[health.View] // its last View, while settling
-	shown atomic.Bool                 // Run has made its first View
+	coord  *Coordinator
+	check  *simChecker
+	up     atomic.Int32                // targets Up in its last View, while settling
+	view   atomic.Pointer[health.View] // its last View, while settling
+	viewAt atomic.Int64                // when it came, Unix ns
+	shown  atomic.Bool                 // Run has made its first View
 
 	mu    sync.Mutex
 	modes []modeChange
@@ -391,6 +392,7 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 		}
 		in.up.Store(int32(up))
 		in.view.Store(&v)
+		in.viewAt.Store(time.Now().UnixNano())
 	}
 	if f := fl.flip.Load(); f != nil {
 		now := time.Now().UnixNano()
@@ -492,7 +494,8 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 			break
 		}
 	}
-	return ": " + strings.Join(out, ", ")
+	age := time.Since(time.Unix(0, in.viewAt.Load())).Round(100 * time.Millisecond)
+	return fmt.Sprintf(" (that View made %v ago): %s", age, strings.Join(out, ", "))
 }
 
 // settle waits, at most d, for the steady state (see unsettled) to hold
