@@ -23,7 +23,6 @@ type feed struct {
 	due     uint64    // its watermark at the last heartbeat, when above got: to reach by the next
 	pending uint64    // > 0: a gap; the watermark its read must reach
 	numbers bool      // it has stored a watermark: it numbers its publishes
-	fresh   bool      // its next watermark counts as reached (see noteMarks)
 	// confirmed is Redis's clock (µs) at the last heartbeat that found
 	// nothing it published missing here, or at the start of the last read
 	// of its statuses: what is known of its statuses was current then.
@@ -85,10 +84,9 @@ func (c *Coordinator) heard(holder string, seq uint64) {
 // until read again once rewritten, and that read finds whatever was
 // published meanwhile; after a subscription read every stored status,
 // what was published before it is in what it read, and what was
-// published since comes as messages (a member whose watermark is missing
-// or refused this time has its next one count so). Feeds of holders that
-// are neither live nor heard of for longer than a status stays trusted
-// without confirmation are dropped. c.mu is held.
+// published since comes as messages. Feeds of holders that are neither
+// live nor heard of for longer than a status stays trusted without
+// confirmation are dropped. c.mu is held.
 func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 	now, at := time.Now(), m.Now.UnixMicro()
 	me := c.Token()
@@ -102,7 +100,6 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 			c.feeds[tok] = f
 		}
 		f.seen = now
-		f.fresh = f.fresh || fresh
 		w, ok := m.Watermarks[tok]
 		if !ok {
 			// None stored (an instance that numbers nothing), or lost
@@ -111,8 +108,8 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 			continue
 		}
 		f.numbers = true
-		if f.fresh {
-			f.got, f.due, f.pending, f.confirmed, f.fresh = max(f.got, w), 0, 0, at, false
+		if fresh {
+			f.got, f.due, f.pending, f.confirmed = max(f.got, w), 0, 0, at
 			continue
 		}
 		if f.got > w && now.Sub(f.gotAt) > c.b.forgetAfter() {
