@@ -68,13 +68,6 @@ func (b bounds) storedAge() time.Duration {
 	return b.interval + b.timeout + b.cycle + MaxCallTimeout
 }
 
-// handoff is how long a target whose owner changed (a member came or
-// went, or the target is new) is left to its new owner before the other
-// instances probe it themselves: its owner takes the lease at its next
-// round (up to a cycle, and the stagger of its first takes: an interval
-// after its start), probes it at once and publishes what it found.
-func (b bounds) handoff() time.Duration { return b.interval + b.timeout + b.cycle }
-
 // stale says why a status written by holder with version (Redis's clock
 // at the write, µs), and known current as of asOf (µs), does not cover
 // its key at now (Redis's clock, µs), for the live members and the key's
