@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,7 +23,7 @@ const scanCount = 256
 type Subscriber struct {
 	rdb    redis.UniversalClient
 	prefix string
-	resync time.Duration // 0: no resync on a timer (a Coordinator reads again by its own rules)
+	resync time.Duration
 	// OnError, when set, is told of each failed resync and deaf
 	// subscription; the subscriber carries on regardless.
 	OnError func(error)
@@ -52,19 +51,9 @@ type Subscriber struct {
 	// OnStale, when set, is told of each published message dropped because
 	// its version is not above the key's last one.
 	OnStale func(key string)
-	// OnResync, when set, is told of each resync once what it read was
-	// offered, with how many statuses it read and its error (nil when
-	// complete).
+	// OnResync, when set, is told of each resync, with how many statuses
+	// it read and its error (nil when complete).
 	OnResync func(n int, err error)
-	// BeforeResync, when set, is asked before each resync whether to do
-	// it: false skips it (a receiver that has a read of its own planned,
-	// as a Coordinator back from an outage). It may note what it knows
-	// then: what the resync reads is at least as new.
-	BeforeResync func() bool
-	// Heard, when set, hears every published message that could be
-	// parsed, before it is found stale or offered: a receiver that
-	// counts what it heard from whom (a holder's numbered publishes).
-	Heard func(key string, version int64, status []byte)
 
 	now  chan struct{}    // capacity 1: Resync asks for a resync
 	last map[string]int64 // highest version applied per key; Subscribe's goroutine only
@@ -119,16 +108,12 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 	if err != nil {
 		return err
 	}
-	var tick <-chan time.Time
-	if s.resync > 0 {
-		t := time.NewTicker(s.resync)
-		defer t.Stop()
-		tick = t.C
-	}
+	tick := time.NewTicker(s.resync)
+	defer tick.Stop()
 	check := time.NewTicker(echoEvery)
 	defer check.Stop()
 	for {
-		if err := s.subscribeOnce(ctx, echo, tick, check.C, apply); err != nil {
+		if err := s.subscribeOnce(ctx, echo, tick.C, check.C, apply); err != nil {
 			return err
 		}
 	}
@@ -202,9 +187,6 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 				if err != nil {
 					s.reject("", err)
 					continue
-				}
-				if s.Heard != nil {
-					s.Heard(key, v, status)
 				}
 				if v <= s.lastOf(key) {
 					if s.OnStale != nil {
@@ -282,12 +264,12 @@ type Stored struct {
 // resyncAll reads every stored status and offers it. What was read is
 // offered even when the read did not complete: versions keep it safe.
 func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []byte)) {
-	if s.BeforeResync != nil && !s.BeforeResync() {
-		return
-	}
 	all, err := s.ReadAll(ctx)
 	if err != nil {
 		s.fail(err)
+	}
+	if s.OnResync != nil {
+		s.OnResync(len(all), err)
 	}
 	for _, st := range all {
 		if st.Err != nil {
@@ -295,9 +277,6 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 			continue
 		}
 		s.offer(st.Key, st.Version, st.Status, apply)
-	}
-	if s.OnResync != nil {
-		s.OnResync(len(all), err)
 	}
 }
 
@@ -312,21 +291,6 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 		mu  sync.Mutex // ForEachMaster reads the masters concurrently
 		all []Stored
 	)
-	err := s.scan(ctx, 0, func(got []Stored) {
-		mu.Lock()
-		defer mu.Unlock()
-		all = append(all, got...)
-	})
-	return all, err
-}
-
-// scan reads every status stored under the prefix a SCAN step at a time,
-// each step bounded by CallTimeout and handed to page as it is read (from
-// a goroutine per master on Redis Cluster, concurrently), with pause
-// between steps: a read paced so that it does not take Redis from the
-// fleet's other calls. On error it returns after the pages read before
-// it.
-func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]Stored)) error {
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
@@ -335,7 +299,9 @@ func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]
 			if err == nil {
 				var got []Stored
 				got, err = readStatuses(cctx, c, s.prefix, names)
-				page(got)
+				mu.Lock()
+				all = append(all, got...)
+				mu.Unlock()
 			}
 			cancel()
 			if err != nil {
@@ -345,11 +311,6 @@ func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]
 				return nil
 			}
 			cursor = next
-			if pause > 0 {
-				if err := sleep(ctx, pause); err != nil {
-					return err
-				}
-			}
 		}
 	}
 	var err error
@@ -359,41 +320,9 @@ func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]
 		err = read(ctx, s.rdb)
 	}
 	if err != nil {
-		return fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
+		return all, fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
 	}
-	return nil
-}
-
-// readKeys reads the stored statuses of keys, scanCount at a time, each
-// step bounded by CallTimeout and handed to page as it is read. On error
-// it returns after the pages read before it.
-func (s *Subscriber) readKeys(ctx context.Context, keys []string, page func([]Stored)) error {
-	for chunk := range slices.Chunk(keys, scanCount) {
-		names := make([]string, len(chunk))
-		for i, k := range chunk {
-			names[i] = statusKey(s.prefix, k)
-		}
-		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
-		got, err := readStatuses(cctx, s.rdb, s.prefix, names)
-		cancel()
-		page(got)
-		if err != nil {
-			return fmt.Errorf("lock: read %d statuses under %q: %w", len(keys), s.prefix, err)
-		}
-	}
-	return nil
-}
-
-// sleep waits for d, or returns ctx's error when it ends first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return all, nil
 }
 
 // readScript reads a status key's version and status, the status only
