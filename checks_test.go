@@ -228,14 +228,7 @@ func TestUnhealthyNotProbed(t *testing.T) {
 	ok, sick := listenCounting(t), listenCounting(t)
 	set := &settings{zones: []string{testZone}, ttl: 5, dsn: "unhealthy-not-probed", check: checkTCP,
 		interval: 100 * time.Millisecond, timeout: 50 * time.Millisecond, rise: 1, fall: 1, allowLoopback: true, allDown: allDownClosed}
-	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
-	pb := &publisher{p: p, set: set}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, err := startChecks(ctx, set, pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-done })
+	pb := runChecks(t, set)
 	probed := func(c *countingListener, n int64) error {
 		return pgtest.WaitFor(5*time.Second, func() error {
 			if got := c.accepted.Load(); got < n {
@@ -295,14 +288,7 @@ func TestCheckProbeBudget(t *testing.T) {
 		return m.GetCounter().GetValue()
 	}
 	before := delayed()
-	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
-	pb := &publisher{p: p, set: set}
-	ctx, cancel := context.WithCancel(context.Background())
-	done, err := startChecks(ctx, set, pb)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cancel(); <-done })
+	pb := runChecks(t, set)
 	total := func() (n int64) {
 		for _, l := range ls {
 			n += l.accepted.Load()
@@ -337,4 +323,18 @@ func TestCheckProbeBudget(t *testing.T) {
 	if delayed()-before < 1 {
 		t.Error("no probe counted in probes_delayed_total, though the nodes ask for ten times the budget")
 	}
+}
+
+// runChecks starts set's checks on a publisher of their own until the test
+// ends, and returns the publisher.
+func runChecks(t *testing.T, set *settings) *publisher {
+	t.Helper()
+	pb := &publisher{p: &PgCluster{Zones: set.zones, ttl: set.ttl}, set: set}
+	ctx, cancel := context.WithCancel(context.Background())
+	done, err := startChecks(ctx, set, pb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); <-done })
+	return pb
 }
