@@ -48,7 +48,7 @@ func (l *probeLog) get(addr netip.AddrPort) []probeRecord {
 	return slices.Clone(l.probes[addr])
 }
 
-// Issue 7, Done means 5: a backend that accepts TCP and never answers costs
+// A backend that accepts TCP and never answers costs
 // one timeout per probe, with one probe in flight, and never delays the
 // checks of other backends: a healthy server keeps being probed every
 // Interval while eight black holes time out.
@@ -74,8 +74,13 @@ func TestBlackHoleCostsOneTimeoutAndDelaysNoOne(t *testing.T) {
 	c.SetTargets(targets)
 	rec, stop := start(t, c, 0)
 
-	// Long enough for every black hole to time out four times.
+	// Long enough for every black hole to time out four times, and for
+	// the healthy server to be probed ten times (on a loaded machine its
+	// probes may take longer than an Interval each).
 	err := pgtest.WaitFor(20*time.Second, func() error {
+		if n := len(log.get(pgAddr(pg))); n < 10 {
+			return fmt.Errorf("healthy server probed %d times, want 10", n)
+		}
 		for _, s := range holeSrv {
 			if n := len(log.get(s.addr)); n < 4 {
 				return fmt.Errorf("black hole %v probed %d times, want 4", s.addr, n)
@@ -89,24 +94,29 @@ func TestBlackHoleCostsOneTimeoutAndDelaysNoOne(t *testing.T) {
 	v, _ := rec.last()
 	stop()
 
+	// A probe is due an Interval after the previous one started, or as it
+	// ends when it took longer (a real connect under -race on a loaded
+	// machine may): how late each started beyond that is what a black
+	// hole holding up the others would show, a Timeout (400 ms) or more.
 	healthy := log.get(pgAddr(pg))
-	if len(healthy) < 10 {
-		t.Fatalf("the healthy server was probed %d times while the black holes timed out 4 times each, want about %d", len(healthy), 4*timeout/interval)
-	}
-	var worst time.Duration
+	var worst, total time.Duration
 	for i, p := range healthy {
 		if p.cause != CauseOK {
 			t.Errorf("healthy probe %d: %s", i, p.cause)
 		}
 		if i > 0 {
-			worst = max(worst, p.start.Sub(healthy[i-1].start))
+			prev := healthy[i-1]
+			late := max(0, p.start.Sub(prev.start)-max(interval, prev.took))
+			worst = max(worst, late)
+			total += late
 		}
 	}
-	mean := healthy[len(healthy)-1].start.Sub(healthy[0].start) / time.Duration(len(healthy)-1)
-	if mean > interval*3/2 || worst > interval+150*time.Millisecond {
-		t.Errorf("healthy server probed every %v on average, %v at worst: want every %v, not delayed by the black holes", mean, worst, interval)
+	mean := total / time.Duration(len(healthy)-1)
+	if mean > interval/2 || worst > 150*time.Millisecond {
+		t.Errorf("healthy server's probes started %v late on average, %v at worst: want on time (every %v), not delayed by the black holes", mean, worst, interval)
 	}
-	t.Logf("healthy: %d probes, every %v on average, %v at worst", len(healthy), mean.Round(time.Millisecond), worst.Round(time.Millisecond))
+	span := healthy[len(healthy)-1].start.Sub(healthy[0].start) / time.Duration(len(healthy)-1)
+	t.Logf("healthy: %d probes, every %v on average, %v late at worst", len(healthy), span.Round(time.Millisecond), worst.Round(time.Millisecond))
 
 	for _, s := range holeSrv {
 		ps := log.get(s.addr)

@@ -209,8 +209,16 @@ func TestSessionOnlyWhereAllowed(t *testing.T) {
 		{"no Shared", false, nil, 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			var open, probes atomic.Int32
+			var open, probes, most atomic.Int32
 			cfg := sessionConfig(&open)
+			// The most sessions ever open at once: a session that a
+			// starved poll closed may be open again a moment later, but
+			// more than allowed must never be open.
+			cfg.ObserveSession = func(d int) {
+				n := open.Add(int32(d))
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+			}
 			cfg.Interval = 100 * time.Millisecond
 			cfg.Observe = func(string, string, time.Duration) { probes.Add(1) }
 			cfg.Shared = tt.shared
@@ -234,9 +242,12 @@ func TestSessionOnlyWhereAllowed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := open.Load(); got != tt.want {
-				t.Errorf("%d sessions open, want %d", got, tt.want)
+			if got := most.Load(); got > tt.want {
+				t.Errorf("%d sessions were open at once, want at most %d", got, tt.want)
 			}
+			// Those allowed are kept (or opened again after a poll that
+			// missed its deadline on a loaded machine).
+			waitSessions(t, &open, tt.want)
 			stop()
 			waitSessions(t, &open, 0)
 		})
