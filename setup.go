@@ -225,7 +225,7 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		}
 		p.Fall.SetZonesFromArgs(args)
 	default:
-		return c.Errf("unknown property %q", opt)
+		return c.Err(unknownOption(opt))
 	}
 	return nil
 }
