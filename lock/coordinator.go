@@ -115,6 +115,8 @@ type Coordinator struct {
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted
 	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
+	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
+	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
 	resyncAt     time.Time                  // a resync is due (after a return)
 	wake         chan struct{}
 }
@@ -775,7 +777,7 @@ type ownership struct {
 func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
 	var p tendPlan
-	c.failingSince = time.Time{} // Redis answers: a streak of failures ends
+	c.failingSince, c.cause = time.Time{}, nil // Redis answers: a streak of failures ends
 	if c.mode != ModeCoordinated {
 		c.mode = ModeCoordinated
 		if c.joinedAt != 0 || len(c.own) > 0 {

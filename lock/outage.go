@@ -2,6 +2,8 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"net"
 	"time"
 )
 
@@ -30,17 +32,47 @@ func (c *Coordinator) lost(ctx context.Context, start time.Time, err error) {
 // holds, and the others' statuses keep covering the rest: nothing it
 // answers waits on Redis either way. c.mu is held.
 func (c *Coordinator) failed(start time.Time, err error) {
+	c.noteCause(err)
 	if c.mode == ModeLocal {
+		if !c.causeTold && !deadline(c.cause) {
+			// Local mode began on a deadline: say now what is wrong.
+			c.causeTold = true
+			c.logf("Redis does not answer (%v): still checking every backend locally", c.cause)
+		}
 		return
 	}
 	if c.failingSince.IsZero() || start.Before(c.failingSince) {
 		c.failingSince = start
 	}
 	if c.mode != ModeCoordinated || time.Since(c.failingSince) >= c.b.outageAfter() {
-		c.goLocal(err)
+		c.goLocal()
 		return
 	}
-	c.rlog.Logf("redis failed", "a Redis call failed (%v): still coordinating, local mode if Redis calls keep failing for %v", err, c.b.outageAfter())
+	// A cause found after deadlines has a line of its own.
+	kind := "redis failed"
+	if deadline(c.cause) {
+		kind += " deadline"
+	}
+	c.rlog.Logf(kind, "a Redis call failed (%v): still coordinating, local mode if Redis calls keep failing for %v", c.cause, c.b.outageAfter())
+}
+
+// noteCause keeps, of the errors of a failure streak, the one that says
+// what is wrong: the first that is not a deadline. A call that runs out of
+// time says only that (a TLS handshake refused after a few retries may
+// take longer than the first call's deadline), while a later one, given
+// more time (see latency), names the cause: a certificate not trusted, a
+// password refused, a port where nothing listens. c.mu is held.
+func (c *Coordinator) noteCause(err error) {
+	if c.cause == nil || deadline(c.cause) && !deadline(err) {
+		c.cause = err
+	}
+}
+
+// deadline reports whether err is a call running out of time, which names
+// no cause.
+func deadline(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // goLocal switches to local mode: every target is probed here from now on,
@@ -48,14 +80,16 @@ func (c *Coordinator) failed(start time.Time, err error) {
 // those this instance held are probed at their ticks as before, and each
 // of the others at its own tick (the checker spreads them over an
 // interval), so that a fleet that loses Redis raises its probe rate over
-// an interval rather than in one burst. c.mu is held.
-func (c *Coordinator) goLocal(err error) {
+// an interval rather than in one burst. The line logged names the failure
+// streak's cause (see noteCause). c.mu is held.
+func (c *Coordinator) goLocal() {
 	if c.mode == ModeLocal {
 		return
 	}
 	c.mode = ModeLocal
 	c.failingSince = time.Time{}
-	c.logf("Redis does not answer (%v): checking every backend locally until it does", err)
+	c.causeTold = !deadline(c.cause)
+	c.logf("Redis does not answer (%v): checking every backend locally until it does", c.cause)
 	c.observe(func(o Observer) { o.Mode(ModeLocal) })
 	clear(c.held)
 	c.observeLeases()
