@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/rediserr"
 	"github.com/pgcluster/pgcluster/lock"
 )
 
@@ -61,7 +62,7 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		Timeout:  cfg.timeout,
 		Secret:   cfg.redisSecret,
 		WAL:      cfg.maxLag > 0,
-		Logf:     func(format string, args ...any) { log.Infof("Redis: "+format, args...) },
+		Logf:     redisLogf(rediserr.Watch(rdb)),
 		Observer: fleetObserver{zone},
 	})
 	if err != nil {

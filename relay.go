@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/internal/ratelog"
+	"github.com/pgcluster/pgcluster/internal/rediserr"
 	"github.com/pgcluster/pgcluster/lock"
 )
 
@@ -99,6 +100,9 @@ type relay struct {
 	kept bool
 	rdb  redis.UniversalClient
 	rc   *lock.RegistryCopy
+	// dials are rdb's failed connections: they say what a call that only
+	// timed out met (rediserr).
+	dials *rediserr.Dials
 	// warn and info write the lines that what is read from Redis causes:
 	// one per kind per minute, whatever anyone writes there.
 	warn, info *ratelog.Limiter
@@ -185,7 +189,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 		return nil, err
 	}
 	return &relay{
-		set: set, pb: pb, key: key, rdb: rdb, rc: rc,
+		set: set, pb: pb, key: key, rdb: rdb, rc: rc, dials: rediserr.Watch(rdb),
 		warn:    ratelog.New(log.Warningf, 0),
 		info:    ratelog.New(log.Infof, 0),
 		updates: make(chan relayUpdate),
@@ -746,6 +750,7 @@ func (r *relay) redisFailed(err error) {
 	if r.ctx.Err() != nil {
 		return
 	}
+	err = r.dials.Explain(err) // what happened, in the lines that name it
 	r.fails++
 	if r.fails == 1 {
 		r.failedAt = time.Now()
@@ -1058,7 +1063,7 @@ func (r *relay) leave() {
 		return
 	}
 	if err := r.rc.Release(context.Background()); err != nil {
-		log.Warningf("Registry relay: %v", err)
+		log.Warningf("Registry relay: %v", r.dials.Explain(err))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pgcluster/pgcluster"
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/rediserr"
 	"github.com/pgcluster/pgcluster/lock"
 )
 
@@ -146,15 +147,17 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailed
 	}
 	var rdb redis.UniversalClient
+	var dials *rediserr.Dials // what a read that timed out met
 	if o.redis != "" {
 		if rdb, err = pgcluster.NewRedisClient(o.redis); err != nil {
 			fmt.Fprintln(stderr, "pgclusterctl status: -redis:", err)
 			return exitFailed
 		}
 		defer rdb.Close()
+		dials = rediserr.Watch(rdb)
 	}
 	if !o.watch {
-		r, err := gather(ctx, o, rdb)
+		r, err := gather(ctx, o, rdb, dials)
 		if err != nil {
 			fmt.Fprintln(stderr, "pgclusterctl status:", err)
 			return exitFailed
@@ -165,18 +168,18 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return r.exitCode()
 	}
-	return watch(ctx, o, rdb, stdout, stderr)
+	return watch(ctx, o, rdb, dials, stdout, stderr)
 }
 
 // watch reports every o.interval until ctx is done, and returns the exit
 // status of the last report (exitFailed when the last round failed).
-func watch(ctx context.Context, o statusOptions, rdb redis.UniversalClient, stdout, stderr io.Writer) int {
+func watch(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dials *rediserr.Dials, stdout, stderr io.Writer) int {
 	code := exitFailed
 	clearScreen := !o.json && isTerminal(stdout)
 	t := time.NewTicker(o.interval)
 	defer t.Stop()
 	for {
-		r, err := gather(ctx, o, rdb)
+		r, err := gather(ctx, o, rdb, dials)
 		switch {
 		case ctx.Err() != nil:
 			return code
@@ -209,7 +212,7 @@ func isTerminal(w io.Writer) bool {
 }
 
 // gather reads the registry and, with rdb, the fleet, and judges every node.
-func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient) (*report, error) {
+func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dials *rediserr.Dials) (*report, error) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
 	nodes, _, err := pgcluster.ReadRegistry(ctx, o.postgres)
@@ -226,7 +229,7 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient) (*r
 		}
 		fleet, err = lock.ReadFleet(ctx, rdb, o.lockConfig(), keys)
 		if err != nil {
-			return nil, fmt.Errorf("-redis %s: Redis does not answer, or refuses (%v); the fleet is then in local mode, each instance checking every node itself: check that Redis runs and that this host reaches it", o.redisShown, err)
+			return nil, fmt.Errorf("-redis %s: Redis does not answer (%v); the fleet is then in local mode, each instance checking every node itself", o.redisShown, dials.Explain(err))
 		}
 		r.Fleet = newFleetReport(fleet, o)
 		for _, n := range nodes {

@@ -271,7 +271,7 @@ func TestStatusErrors(t *testing.T) {
 		{"no registry tables", []string{"status", "-postgres", bare.DSN("")}, "has no registry tables. To fix: apply schema.sql"},
 		{"bad Redis URL", []string{"status", "-postgres", reg.DSN(""), "-redis", "http://:" + pw + "@127.0.0.1:6379"}, "-redis: the Redis URL cannot be used"},
 		{"Redis unreachable", []string{"status", "-postgres", reg.DSN(""), "-redis", fmt.Sprintf("redis://:%s@127.0.0.1:%d", pw, closed)},
-			fmt.Sprintf("-redis redis://127.0.0.1:%d: Redis does not answer", closed)},
+			fmt.Sprintf("-redis redis://127.0.0.1:%d: Redis does not answer (connection refused at 127.0.0.1:%d: no Redis listens there; check that Redis runs, and the host and port of the redis URL", closed, closed)},
 		{"prefix without Redis", []string{"status", "-postgres", reg.DSN(""), "-prefix", "p:"}, "-prefix needs -redis"},
 		{"interval", []string{"status", "-postgres", reg.DSN(""), "-watch", "-interval", "1ms"}, "-interval 1ms is below 100ms"},
 		{"max lag", []string{"status", "-postgres", reg.DSN(""), "-max-lag", "lots"}, "-max-lag"},
