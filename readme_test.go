@@ -12,8 +12,8 @@ import (
 )
 
 // TestReadmeCorefiles parses every pgcluster block of the Corefiles in
-// README.md and Corefile.example, so the documentation cannot drift from the
-// parser.
+// README.md, the guides in docs/ and Corefile.example, so the documentation
+// cannot drift from the parser.
 func TestReadmeCorefiles(t *testing.T) {
 	readme, err := os.ReadFile("README.md")
 	if err != nil {
@@ -23,10 +23,20 @@ func TestReadmeCorefiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)~~~ corefile\n(.*?)~~~").FindAllStringSubmatch(string(readme), -1)
+	guides, err := filepath.Glob("docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	corefiles := []string{string(example)}
-	for _, b := range blocks {
-		corefiles = append(corefiles, b[1])
+	fence := regexp.MustCompile("(?s)~~~ corefile\n(.*?)~~~")
+	for _, doc := range append([]string{"README.md"}, guides...) {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range fence.FindAllStringSubmatch(string(b), -1) {
+			corefiles = append(corefiles, b[1])
+		}
 	}
 	stanza := regexp.MustCompile(`(?s)\bpgcluster \{.*?\n\s*\}`)
 	// CoreDNS replaces {$ENV} before a plugin sees its block; a test
@@ -45,12 +55,18 @@ func TestReadmeCorefiles(t *testing.T) {
 			}
 		}
 	}
-	if n < 3 {
-		t.Errorf("found %d pgcluster blocks in the documentation, want at least 3", n)
+	if n < 7 {
+		t.Errorf("found %d pgcluster blocks in the documentation, want at least 7", n)
 	}
-	syntax := string(readme[strings.Index(string(readme), "## Syntax"):strings.Index(string(readme), "## The registry")])
 	// Every option parseOption takes, read from its case labels, so that a
-	// new option cannot go undocumented.
+	// new option cannot go undocumented: named under the README's Syntax and
+	// described in full among docs/reference.md's options.
+	syntax := section(t, string(readme), "## Syntax")
+	reference, err := os.ReadFile("docs/reference.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	options := section(t, string(reference), "## Options")
 	src, err := os.ReadFile("setup.go")
 	if err != nil {
 		t.Fatal(err)
@@ -68,13 +84,16 @@ func TestReadmeCorefiles(t *testing.T) {
 	}
 	for _, opt := range opts {
 		if !strings.Contains(syntax, "`"+opt+"`") {
-			t.Errorf("option %s is not documented under Syntax", opt)
+			t.Errorf("option %s is not named under the README's Syntax", opt)
+		}
+		if !regexp.MustCompile("(?m)^\\* (.*, )?`" + opt + "`").MatchString(options) {
+			t.Errorf("option %s is not described under docs/reference.md's Options", opt)
 		}
 	}
 	for opt, floor := range map[string]time.Duration{"refresh": minRefresh, "stale_after": minStaleAfter} {
-		doc := syntax[strings.Index(syntax, "* `"+opt+"`"):]
+		doc := options[strings.Index(options, "* `"+opt+"`"):]
 		if doc = doc[:strings.Index(doc[1:], "\n* ")+1]; !strings.Contains(doc, "at least **"+floor.String()+"**") {
-			t.Errorf("Syntax does not give the floor of %s, %s", opt, floor)
+			t.Errorf("docs/reference.md does not give the floor of %s, %s", opt, floor)
 		}
 	}
 }
@@ -83,7 +102,7 @@ func TestReadmeCorefiles(t *testing.T) {
 // discovery/README.md and docs/*.md points to a file of the repository (and,
 // with a #fragment into a Markdown file, to one of its headings), that no
 // path they mention leaves the repository (users have only the repository),
-// and that the README links the design.
+// and that the README links every page of docs/.
 func TestReadmeLinks(t *testing.T) {
 	docs, err := filepath.Glob("docs/*.md")
 	if err != nil {
@@ -126,9 +145,31 @@ func TestReadmeLinks(t *testing.T) {
 	if n == 0 {
 		t.Error("found no relative links to check")
 	}
-	if readme, _ := os.ReadFile("README.md"); !strings.Contains(string(readme), "](docs/design.md)") {
-		t.Error("README.md does not link docs/design.md")
+	// Every guide is reached from the README.
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
 	}
+	for _, doc := range docs {
+		if strings.HasPrefix(doc, "docs/") && !strings.Contains(string(readme), "]("+doc+")") {
+			t.Errorf("README.md does not link %s", doc)
+		}
+	}
+}
+
+// section returns the part of the Markdown text doc under heading (such as
+// "## Syntax"), up to the next heading of the same level.
+func section(t *testing.T, doc, heading string) string {
+	t.Helper()
+	i := strings.Index(doc, "\n"+heading+"\n")
+	if i < 0 {
+		t.Fatalf("no %q section", heading)
+	}
+	s := doc[i+len(heading)+2:]
+	if j := strings.Index(s, "\n"+heading[:strings.Index(heading, " ")+1]); j >= 0 {
+		s = s[:j]
+	}
+	return s
 }
 
 // hasAnchor reports whether the Markdown file at path has a heading whose

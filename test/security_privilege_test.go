@@ -205,18 +205,18 @@ func subscribeErr(ctx context.Context, c *redis.Client, channel string) error {
 	return err
 }
 
-// readmeSection returns the README's section under heading ("## Security"),
-// up to the next section of the same level.
+// readmeSection returns the security guide's section under heading ("#
+// Security", the whole page), up to the next section of the same level.
 func readmeSection(t testing.TB, heading string) string {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	b, err := os.ReadFile("../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := string(b)
+	s := "\n" + string(b)
 	i := strings.Index(s, "\n"+heading+"\n")
 	if i < 0 {
-		t.Fatalf("README.md has no %q section", heading)
+		t.Fatalf("docs/security.md has no %q section", heading)
 	}
 	s = s[i+len(heading)+2:]
 	if j := strings.Index(s, "\n## "); j >= 0 {
@@ -230,7 +230,7 @@ func readmeSection(t testing.TB, heading string) string {
 func readmeGrants(t testing.TB) []string {
 	t.Helper()
 	var out []string
-	for _, b := range regexp.MustCompile("(?s)~~~ sql\n(.*?)~~~").FindAllStringSubmatch(readmeSection(t, "## Security"), -1) {
+	for _, b := range regexp.MustCompile("(?s)~~~ sql\n(.*?)~~~").FindAllStringSubmatch(readmeSection(t, "# Security"), -1) {
 		sql := regexp.MustCompile(`--[^\n]*`).ReplaceAllString(b[1], "")
 		for stmt := range strings.SplitSeq(sql, ";") {
 			if stmt = strings.Join(strings.Fields(stmt), " "); stmt != "" {
@@ -254,7 +254,7 @@ func readmeACLs(t testing.TB) []aclLine {
 	t.Helper()
 	var out []aclLine
 	since := regexp.MustCompile(`Redis (\d+\.\d+) and later`)
-	for _, b := range regexp.MustCompile("(?s)(?:([^\n]*)\n\n)?~~~ txt\n(ACL SETUSER .*?)~~~").FindAllStringSubmatch(readmeSection(t, "## Security"), -1) {
+	for _, b := range regexp.MustCompile("(?s)(?:([^\n]*)\n\n)?~~~ txt\n(ACL SETUSER .*?)~~~").FindAllStringSubmatch(readmeSection(t, "# Security"), -1) {
 		v := ""
 		if m := since.FindStringSubmatch(b[1]); m != nil {
 			v = m[1]
