@@ -18,13 +18,14 @@ func nodeTXT(m *member, primaries int, set *settings) []string {
 	if m.serving && m.Role == rolePrimary && primaries > 1 {
 		detail = fmt.Sprintf("%d nodes claim to be primary: primary. has no address", primaries)
 	}
-	txt := []string{
-		"state=" + state,
-		"role=" + m.Role,
-		"address=" + m.Address.Unmap().String(),
-		fmt.Sprintf("port=%d", m.Port),
-		"reason=" + m.reason,
+	// address= is the address answered, the one a client connects to:
+	// with self, not the registry's loopback address, which follows as
+	// registry_address= (where the checks connect).
+	txt := []string{"state=" + state, "role=" + m.Role, "address=" + m.addr.String()}
+	if reg := m.Address.Unmap(); reg != m.addr {
+		txt = append(txt, "registry_address="+reg.String())
 	}
+	txt = append(txt, fmt.Sprintf("port=%d", m.Port), "reason="+m.reason)
 	if detail != "" {
 		txt = append(txt, printable("detail="+detail, maxTXTString))
 	}
