@@ -25,6 +25,8 @@ type report struct {
 	Checks   bool            `json:"checks"`
 	Fleet    *fleetReport    `json:"fleet,omitempty"`
 	Clusters []clusterReport `json:"clusters"`
+	// AllOut says why every node is out, when that is one reason for all.
+	AllOut *allOut `json:"all_out,omitempty"`
 	// OK: every cluster served has exactly one serving primary, and one
 	// cluster at least is served. The exit status is 0 exactly when it holds.
 	OK bool `json:"ok"`
@@ -333,6 +335,9 @@ func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
 		if c.Served {
 			served++
 		}
+	}
+	if r.AllOut != nil {
+		fmt.Fprintf(w, "every node is out for one reason, %s: %s\n", r.AllOut.Reason, r.AllOut.Hint)
 	}
 	switch {
 	case served == 0:

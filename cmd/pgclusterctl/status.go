@@ -253,6 +253,7 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dia
 		served = served || c.Served
 	}
 	r.OK = r.OK && served
+	r.AllOut = allOutFor(r, o)
 	return r, nil
 }
 
