@@ -311,7 +311,10 @@ var (
 )
 
 // coreDNSBinary builds cmd/coredns once per test run, statically as make
-// image does, into a directory removed by TestMain.
+// image does, into a directory removed by TestMain. With make image's
+// compile flags (CGO_ENABLED=0, -trimpath; its -ldflags only change the
+// link) the packages compiled for one are in the build cache for the
+// other: the deployment tests compile CoreDNS once, not twice.
 func coreDNSBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -321,7 +324,7 @@ func coreDNSBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "coredns")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/coredns")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, "./cmd/coredns")
 		cmd.Dir = mustAbs("..")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
