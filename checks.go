@@ -80,7 +80,7 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 	// pgclusterctl status): say which host it is.
 	redisMember.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	redisMember.WithLabelValues(zone, coord.Token()).Set(1)
-	log.Infof("Redis: this instance is fleet member %s", coord.Token())
+	log.Infof("Redis: this instance is fleet member %s (%s); its full token is %s", short(coord.Token()), cfg.instance, coord.Token())
 	// Answer only once the fleet's statuses are read, or with the
 	// verdicts of the instance this one replaces (a Corefile reload).
 	pb.waitView = true

@@ -362,7 +362,9 @@ func (r *relay) polled(p lock.CopyPoll, err error) {
 	}
 	if r.role == "" {
 		r.setRole(roleReader)
-		log.Infof("Registry relay: reading the registry from Redis; instance %s follows PostgreSQL for the fleet", short(p.Holder))
+		// Only the holder's own log can name its host (its token is not
+		// a fleet member's): say where to look.
+		log.Infof("Registry relay: reading the registry from Redis; instance %s follows PostgreSQL for the fleet (its log names its host: \"took the registry lease as instance %s\")", short(p.Holder), short(p.Holder))
 	}
 	switch {
 	case errors.Is(herr, lock.ErrNoCopy):
@@ -688,7 +690,7 @@ func (r *relay) becomeFollower(now time.Time) {
 	r.setRole(roleFollower)
 	r.term, r.written, r.back, r.checked = now.UnixMicro(), false, time.Time{}, time.Now()
 	r.distrust, r.pending = time.Time{}, false
-	log.Infof("Registry relay: took the registry lease: following PostgreSQL for the fleet; reloading in full before publishing")
+	log.Infof("Registry relay: took the registry lease as instance %s (%s): following PostgreSQL for the fleet; reloading in full before publishing", short(r.rc.Token()), r.set.instance)
 	r.startFollowing()
 }
 

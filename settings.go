@@ -65,6 +65,10 @@ type settings struct {
 	// (and up to as long again, at random) while Redis does not answer,
 	// before it follows PostgreSQL itself; 0 follows at once.
 	relayGrace time.Duration
+
+	// instance is how this instance shows itself next to its tokens in
+	// Redis: its host and DNS listener (instanceName); set at start.
+	instance string
 }
 
 // Check types, and what to answer when every node of a name fails its check.

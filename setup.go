@@ -46,6 +46,9 @@ func setup(c *caddy.Controller) error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.OnStartup(func() error {
+		// Every plugin's setup has run: bind has set the listen addresses.
+		conf := dnsserver.GetConfig(c)
+		cfg.instance = instanceName(hostName(), conf.ListenHosts, conf.Port)
 		if p.start(ctx, cfg) {
 			return nil // answering from the rows the instance before this one loaded
 		}
