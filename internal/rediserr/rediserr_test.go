@@ -89,8 +89,8 @@ func TestExplainAuthFailed(t *testing.T) {
 }
 
 // TestExplainTLS: a certificate from a CA this host does not trust, one
-// for another name, redis:// to a Redis that speaks TLS only, and
-// rediss:// to one that does not speak it.
+// for another name, redis:// to a Redis that speaks TLS only, a wrong
+// password over TLS, and rediss:// to a Redis that does not speak TLS.
 func TestExplainTLS(t *testing.T) {
 	ca := tlstest.New(t, "redis CA")
 	files := ca.MustWrite(t, ca.MustIssue(t, "127.0.0.1"))
@@ -110,8 +110,22 @@ func TestExplainTLS(t *testing.T) {
 	wantText(t, c, d, "Redis closed the connection; it restarted, reached maxclients, or serves TLS only (then write rediss://)")
 	t.Logf("redis:// to TLS: %v", call(t, c, d))
 
+	// Over TLS, a wrong password is a wrong password.
+	if err := ts.Client(t).ConfigSet(t.Context(), "requirepass", "right").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c, d = client(t, &redis.Options{Addr: ts.Addr(), TLSConfig: ca.ClientConfig(), Password: "wrong"})
+	wantText(t, c, d, "Redis refused the user and password (authentication failed)")
+
 	plain := redistest.Start(t)
 	c, d = client(t, &redis.Options{Addr: plain.Addr(), TLSConfig: ca.ClientConfig()})
+	// The handshake's dial ends at its own timeout, which may come after
+	// the first call's deadline: the calls after it are described.
+	call(t, c, d)
+	deadline := time.Now().Add(5 * time.Second)
+	for d.recent() == nil && time.Now().Before(deadline) {
+		call(t, c, d)
+	}
 	wantText(t, c, d, "no connection to Redis could be set up in time (timed out connecting); a rediss:// URL to a Redis without TLS never completes the TLS handshake (write redis://)")
 	t.Logf("rediss:// to plain: %v", call(t, c, d))
 }
