@@ -91,6 +91,9 @@ func newRedisClient(rawURL string) (redis.UniversalClient, error) {
 // and context handling every Redis client of pgcluster has. It connects to
 // nothing. Its errors never contain the URL's passwords.
 func parseRedisURL(raw string) (redisConfig, error) {
+	if !strings.Contains(raw, "://") {
+		return redisConfig{}, errors.New(noSchemeWhy(raw))
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return redisConfig{}, errors.New(badURLWhy(raw) + "; " + redisForms)
@@ -246,6 +249,16 @@ func badURLWhy(raw string) string {
 }
 
 var quoted = regexp.MustCompile(` ?"[^"]*"`)
+
+// noSchemeWhy answers a redis URL written without a scheme, as redis-cli
+// takes an address (host:port), with the URL to write; the URL is not
+// repeated when it holds a password.
+func noSchemeWhy(raw string) string {
+	if strings.Contains(raw, "@") {
+		return "it has no scheme: write redis:// before it (rediss:// for TLS)"
+	}
+	return "it has no scheme: write redis://" + raw + " (rediss://" + raw + " for TLS)"
+}
 
 // scrub replaces the passwords of u, as written and decoded, in msg.
 func scrub(msg string, u *url.URL) string {

@@ -88,7 +88,7 @@ func TestSetupRedisOptions(t *testing.T) {
 
 		{block("check tcp", "redis http://h:6379"), `redis: the URL cannot be used: scheme "http" is not redis, rediss, redis-sentinel`, nil},
 		{block("check tcp", "redis unix:///run/redis.sock"), `scheme "unix" is not redis`, nil},
-		{block("check tcp", "redis h:6379"), "redis: the URL cannot be used: it is not a URL", nil},
+		{block("check tcp", "redis h:6379"), "redis: the URL cannot be used: it has no scheme: write redis://h:6379", nil},
 		{block("check tcp", "redis redis://"), "redis: the URL cannot be used: no host", nil},
 		{block("check tcp", "redis redis://:6379/0"), "no host", nil},
 		{block("check tcp", "redis redis-sentinel:///?master_name=m"), "no host", nil},
