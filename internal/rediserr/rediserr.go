@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -172,9 +173,10 @@ type problem struct{ what, todo string }
 
 // describe says what err means, when it is one of the failures an operator
 // can act on. It reads the error's types, and its text when a caller
-// formatted it with %v rather than wrapped it.
+// formatted it with %v rather than wrapped it; not the text's quoted parts,
+// which hold what was read from Redis (anyone's write), not what happened.
 func describe(err error) (problem, bool) {
-	msg := err.Error()
+	msg := quotedText.ReplaceAllString(err.Error(), `""`)
 	var dnsErr *net.DNSError
 	var unknownCA x509.UnknownAuthorityError
 	var badName x509.HostnameError
@@ -238,6 +240,9 @@ func describe(err error) (problem, bool) {
 	}
 	return problem{}, false
 }
+
+// quotedText is a Go-quoted string (%q) in an error's text.
+var quotedText = regexp.MustCompile(`"(?:[^"\\]|\\.)*"`)
 
 // timedOut reports whether err is a deadline passed or a network timeout.
 func timedOut(err error) bool {
