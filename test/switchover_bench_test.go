@@ -383,14 +383,27 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 	if !s.ready(&res) {
 		return res
 	}
+	writable, err := watchWritable(r.nodes[res.to].pg.DSN(""))
+	if err != nil {
+		res.cause = "watching the standby's recovery: " + err.Error()
+		return res
+	}
 	res.fault = time.Now()
 	res.ordered = res.fault
-	s.record.end(res.from, res.ordered)
 	s.record.begin(res.to, res.ordered)
-	err := r.nodes[res.to].pg.Promote()
+	err = r.nodes[res.to].pg.Promote()
 	res.promoted = time.Now()
-	if err != nil {
-		res.cause = err.Error()
+	// Until the promoted server takes writes, the old primary is the only
+	// one there is: its tenure ends when the new one's begins for real,
+	// not at the order (pg_ctl promote -w returns up to 100 ms after).
+	var werr error
+	res.writable, werr = writable()
+	if werr != nil {
+		res.writable = res.ordered // unknown: the earliest it can be
+	}
+	s.record.end(res.from, res.writable)
+	if err != nil || werr != nil {
+		res.cause = errors.Join(err, werr).Error()
 		res.restored = time.Now()
 		return res
 	}
@@ -408,6 +421,48 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 	<-time.After(switchoverSplitWatch) // the observation window after it was seen
 	res.restored = time.Now()
 	return res
+}
+
+// watchWritable polls pg_is_in_recovery() on the standby at dsn back to
+// back, from now until it reports false or the returned function is called
+// and waited for switchoverRoundTimeout. That function returns the start
+// of the last poll that still saw recovery: the earliest moment the server
+// can have taken a write, so that no write the old primary acknowledged
+// after it passes as right.
+func watchWritable(dsn string) (func() (time.Time, error), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), switchoverRoundTimeout)
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer cancel()
+		defer conn.Close(context.Background())
+		var last time.Time
+		for {
+			began := time.Now()
+			var inRecovery bool
+			if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
+				done <- result{err: err}
+				return
+			}
+			if !inRecovery {
+				done <- result{at: last}
+				return
+			}
+			last = began
+		}
+	}()
+	return func() (time.Time, error) {
+		r := <-done
+		return r.at, r.err
+	}, nil
 }
 
 // lost counts, per writer, the writes the old primary acknowledged (from

@@ -33,6 +33,7 @@ type switchoverRound struct {
 	stopped  time.Time // the old primary was down (pg_ctl stop returned, or its processes ended)
 	ordered  time.Time // the promotion was ordered
 	promoted time.Time // pg_ctl promote -w returned
+	writable time.Time // split brain: the promoted server could take writes from then on
 	restored time.Time // the rig was steady again (split brain: the watch ended)
 	restore  string    // what became of the other standby
 	cause    string    // why the round failed; "" when it completed
@@ -361,12 +362,12 @@ func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split swi
 	if split.from < 0 || split.promoted.IsZero() {
 		w("  not measured: %s\n", split.cause)
 	} else {
-		w("  %s→%s (the fleet held %d role sessions) promoted in %s ms; every instance stopped naming a primary %s ms after it returned (ok: %v)\n",
-			s.rig.nodes[split.from].name, s.rig.nodes[split.to].name, split.sessions, switchoverMs(split.promoted.Sub(split.ordered)),
-			switchoverMs(split.dns.all), split.dns.ok)
+		w("  %s→%s (the fleet held %d role sessions) writable %s ms after the order, promote -w returned after %s ms; every instance stopped naming a primary %s ms after it returned (ok: %v)\n",
+			s.rig.nodes[split.from].name, s.rig.nodes[split.to].name, split.sessions, switchoverMs(split.writable.Sub(split.ordered)),
+			switchoverMs(split.promoted.Sub(split.ordered)), switchoverMs(split.dns.all), split.dns.ok)
 		for i, wr := range split.writers {
 			w("  %-11s after the promotion returned: %5d acknowledged by the old primary, %5d by the new, the last %s ms after it; %d failed;"+
-				" %d acknowledged by the old primary after the promotion was ordered (wrong writes)\n",
+				" %d acknowledged by the old primary once the new one took writes (wrong writes)\n",
 				switchoverWriterNames[i], wr.byOld, wr.byNew, switchoverMs(wr.last), wr.failed, switchoverAt(wrongSplit, i))
 		}
 		if split.cause != "" {
