@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,36 +73,56 @@ ON CONFLICT (alias) DO UPDATE SET target = EXCLUDED.target`, a[0], a[1]); err !=
 // on the node's own loopback address, so that clients (pgdiscover, psql)
 // reach them through the zone: the first node a primary, the others its
 // streaming standbys (pg_basebackup -R), so that check postgres reads real
-// roles. Each takes a free port on its address, as everything else the
+// roles. The standbys, each a copy of the primary, are made and started at
+// once. Each takes a free port on its address, as everything else the
 // demo starts does: a fixed one (5432) would be another demo's, or a local
 // PostgreSQL's, and this demo's fleet would check their servers as its
-// own. It returns the nodes with their ports, and the servers by node
-// name; on error it has stopped those it started.
+// own. It returns the nodes with their ports, in demoNodes' order, and the
+// servers by node name; on error it has stopped those it started, and the
+// error names each node whose server did not start.
 func startNodes() ([]node, map[string]*pgtest.Postgres, error) {
-	var nodes []node
-	started := map[string]*pgtest.Postgres{}
-	var primary *pgtest.Postgres
-	for _, n := range demoNodes {
+	servers := make([]*pgtest.Postgres, len(demoNodes))
+	errs := make([]error, len(demoNodes))
+	startNode := func(i int, primary *pgtest.Postgres) {
+		n := demoNodes[i]
 		opts := pgtest.Options{Host: n.address}
-		var pg *pgtest.Postgres
 		var err error
 		if primary == nil {
-			pg, err = pgtest.Start(opts)
+			// Two base backups at once: each one's checkpoint may
+			// recycle the WAL segment the other's stream starts
+			// from ("requested WAL segment … has already been
+			// removed") unless the primary keeps some.
+			opts.Settings = map[string]string{"wal_keep_size": "128MB"}
+			servers[i], err = pgtest.Start(opts)
 		} else {
-			pg, err = pgtest.StartStandby(primary, opts)
+			servers[i], err = pgtest.StartStandby(primary, opts)
 		}
 		if err != nil {
-			for _, pg := range started {
+			errs[i] = fmt.Errorf("start the server of node %s on %s: %v", n.name, n.address, firstLine(err))
+		}
+	}
+	startNode(0, nil)
+	if errs[0] == nil {
+		var wg sync.WaitGroup
+		for i := 1; i < len(demoNodes); i++ {
+			wg.Go(func() { startNode(i, servers[0]) })
+		}
+		wg.Wait()
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, pg := range servers {
+			if pg != nil {
 				pg.Close()
 			}
-			return nil, nil, fmt.Errorf("start the server of node %s on %s: %v", n.name, n.address, firstLine(err))
 		}
-		if primary == nil {
-			primary = pg
-		}
-		started[n.name] = pg
-		n.port = pg.Port
+		return nil, nil, err
+	}
+	var nodes []node
+	started := map[string]*pgtest.Postgres{}
+	for i, n := range demoNodes {
+		n.port = servers[i].Port
 		nodes = append(nodes, n)
+		started[n.name] = servers[i]
 	}
 	return nodes, started, nil
 }

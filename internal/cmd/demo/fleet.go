@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,6 +111,45 @@ func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port
 			return nil, nil, fmt.Errorf("%s did not answer prod.%s: %w", name, zone, err)
 		}
 	}
+}
+
+// startFleet starts the fleet's instances (see startInstance) and returns
+// them in order, with the first one's answer: the first alone, so that it
+// is the one that takes the registry lease and follows PostgreSQL for the
+// fleet, then the others at once. Its output names the binary as shown.
+// port 0 gives each instance free ports; otherwise instance i has DNS port
+// port+i. On error it also returns the instances that answered, for the
+// caller to stop; the error names each instance that did not.
+func startFleet(ctx context.Context, w io.Writer, bin, shown, tmp string, port int, c corefileConfig) ([]*instance, *dns.Msg, error) {
+	fleet := make([]*instance, fleetSize)
+	answers := make([]*dns.Msg, fleetSize)
+	errs := make([]error, fleetSize)
+	startOne := func(i int) {
+		name := "coredns-" + strconv.Itoa(i+1)
+		p := 0
+		if port != 0 {
+			p = port + i
+		}
+		fleet[i], answers[i], errs[i] = startInstance(ctx, w, bin, tmp, name, p, c)
+	}
+	fmt.Fprintf(w, "demo: starting coredns-1 %s\n", shown)
+	startOne(0)
+	if errs[0] == nil {
+		var wg sync.WaitGroup
+		for i := 1; i < fleetSize; i++ {
+			fmt.Fprintf(w, "demo: starting coredns-%d %s\n", i+1, shown)
+			wg.Go(func() { startOne(i) })
+		}
+		wg.Wait()
+	}
+	started := slices.DeleteFunc(fleet, func(in *instance) bool { return in == nil })
+	if err := ctx.Err(); err != nil {
+		return started, nil, err
+	}
+	if err := errors.Join(errs...); err != nil {
+		return started, nil, err
+	}
+	return started, answers[0], nil
 }
 
 // stop asks the instance to shut down (SIGTERM), and kills it if it has

@@ -22,8 +22,11 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
@@ -172,45 +175,49 @@ func start(ctx context.Context, o options, w io.Writer) (_ *demo, err error) {
 		return nil, err
 	}
 
+	// The registry, the nodes' servers and Redis do not need each other:
+	// they start at once (the first PostgreSQL server to start makes the
+	// initdb template both copy). Each is kept as soon as it has started,
+	// so that a failure of another stops it.
 	fmt.Fprintln(w, "demo: starting PostgreSQL")
-	if d.registry, err = pgtest.Start(pgtest.Options{Port: o.pgport}); err != nil {
-		return nil, fmt.Errorf("start PostgreSQL: %w", err)
-	}
-	d.dsn = d.registry.DSN("")
-
 	fmt.Fprintln(w, "demo: starting a PostgreSQL server for each node")
-	if d.rows, d.nodes, err = startNodes(); err != nil {
+	fmt.Fprintln(w, "demo: starting redis-server")
+	var (
+		wg                              sync.WaitGroup
+		registryErr, nodesErr, redisErr error
+	)
+	wg.Go(func() {
+		if d.registry, registryErr = pgtest.Start(pgtest.Options{Port: o.pgport}); registryErr != nil {
+			registryErr = fmt.Errorf("start PostgreSQL: %w", registryErr)
+		}
+	})
+	wg.Go(func() { d.rows, d.nodes, nodesErr = startNodes() })
+	wg.Go(func() {
+		if d.redis, redisErr = redistest.StartProcess(filepath.Join(tmp, "redis"), w); redisErr != nil {
+			redisErr = fmt.Errorf("start redis-server: %w", redisErr)
+		}
+	})
+	wg.Wait()
+	if err := errors.Join(registryErr, nodesErr, redisErr); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	d.dsn = d.registry.DSN("")
 	if err := seed(ctx, d.dsn, d.rows); err != nil {
 		return nil, fmt.Errorf("write the demo registry: %w", err)
 	}
 
-	fmt.Fprintln(w, "demo: starting redis-server")
-	if d.redis, err = redistest.StartProcess(filepath.Join(tmp, "redis"), w); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-
+	// The first instance takes the registry lease, following PostgreSQL
+	// for the fleet, as it answers; the others then start at once and
+	// read the registry it relays through Redis.
 	c := corefileConfig{dsn: d.dsn, redis: d.redis.URL()}
-	for i := range fleetSize {
-		name := "coredns-" + strconv.Itoa(i+1)
-		port := 0
-		if o.port != 0 {
-			port = o.port + i
-		}
-		fmt.Fprintf(w, "demo: starting %s %s\n", name, o.coredns)
-		in, r, err := startInstance(ctx, w, coredns, tmp, name, port, c)
-		if err != nil {
-			return nil, err
-		}
-		d.fleet = append(d.fleet, in)
-		if d.answer == "" {
-			d.answer = summary(r)
-		}
+	var first *dns.Msg
+	if d.fleet, first, err = startFleet(ctx, w, coredns, o.coredns, tmp, o.port, c); err != nil {
+		return nil, err
 	}
+	d.answer = summary(first)
 
 	d.states, d.settleErr = waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), settleTimeout)
 	if errors.Is(d.settleErr, context.Canceled) {
@@ -220,21 +227,23 @@ func start(ctx context.Context, o options, w io.Writer) (_ *demo, err error) {
 }
 
 // stop stops the fleet first (its instances release their leases while
-// Redis is there), then Redis and PostgreSQL, and removes the temporary
-// directory. A frozen process is thawed and stopped; one that does not stop
-// is killed.
+// Redis is there), then Redis and the PostgreSQL servers, all at once, and
+// removes the temporary directory. A frozen process is thawed and stopped;
+// one that does not stop is killed.
 func (d *demo) stop() error {
 	var errs []error
 	errs = append(errs, stopFleet(d.fleet))
+	var wg sync.WaitGroup
 	if d.redis != nil {
-		d.redis.Stop()
+		wg.Go(d.redis.Stop)
 	}
 	for _, n := range d.nodes {
-		n.Close()
+		wg.Go(n.Close)
 	}
 	if d.registry != nil {
-		d.registry.Close()
+		wg.Go(d.registry.Close)
 	}
+	wg.Wait()
 	if err := os.RemoveAll(d.tmp); err != nil {
 		errs = append(errs, err)
 	}
