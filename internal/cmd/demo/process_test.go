@@ -49,20 +49,23 @@ func TestMain(m *testing.M) {
 }
 
 // binaries builds cmd/coredns as make build does and the demo as make run
-// does, once per test process, and returns their paths.
+// does, once per test process, and returns their paths. One go build makes
+// both, linking them at once: a build whose packages are cached is mostly
+// the links.
 func binaries(t *testing.T) (coredns, demo string) {
 	t.Helper()
 	buildOnce.Do(func() {
 		if buildDir, buildErr = os.MkdirTemp("", "pgcluster-demo-test-bin-"); buildErr != nil {
 			return
 		}
-		for _, b := range [][2]string{{"coredns", "github.com/pgcluster/pgcluster/cmd/coredns"}, {"demo", "github.com/pgcluster/pgcluster/internal/cmd/demo"}} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(buildDir, b[0]), b[1]).CombinedOutput()
-			if err != nil {
-				buildErr = fmt.Errorf("go build %s: %v\n%s", b[1], err, out)
-				return
-			}
+		began := time.Now()
+		pkgs := []string{"github.com/pgcluster/pgcluster/cmd/coredns", "github.com/pgcluster/pgcluster/internal/cmd/demo"}
+		out, err := exec.Command("go", append([]string{"build", "-o", buildDir + "/"}, pkgs...)...).CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+			return
 		}
+		t.Logf("built coredns and the demo in %v", time.Since(began).Round(time.Millisecond))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
@@ -81,6 +84,7 @@ type demoRun struct {
 	exited chan struct{} // closed once it has exited
 	eof    chan struct{} // closed once its output is read to the end, or closed
 	tmp    string        // its directory, once up
+	began  time.Time     // when it was started
 }
 
 // startDemo starts the demo binary with args, its TMPDIR tmpdir ("": the
@@ -101,6 +105,7 @@ func startDemo(t *testing.T, name, tmpdir string, args ...string) *demoRun {
 	// Should the test die, the demo is told to stop as by Ctrl-C, and
 	// stops what it started.
 	d.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	d.began = time.Now()
 	if err := d.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -168,6 +173,7 @@ var closingLine = regexp.MustCompile(`Ctrl-C stops the fleet, Redis and PostgreS
 func (d *demoRun) waitUp() {
 	d.t.Helper()
 	d.waitOutput("pgcluster demo is up")
+	d.t.Logf("%s is up %v after it started", d.name, time.Since(d.began).Round(time.Millisecond))
 	d.waitOutput("Ctrl-C stops the fleet")
 	m := closingLine.FindStringSubmatch(d.out.String())
 	if m == nil {
