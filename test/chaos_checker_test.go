@@ -119,6 +119,9 @@ type chaosVerdict struct {
 	// the budget left out; wrongRole: a primary. or standby. answer that
 	// is not exactly the node holding that role (within the budget).
 	staleBackend, missingBackend, wrongRole int
+	// switchNoData: primary. answered without an address during a planned
+	// switchover (with check postgres), counted apart from the wrong ones.
+	switchNoData int
 	// examples holds the first few queries of each kind that went wrong.
 	examples map[string][]string
 	slowest  time.Duration
@@ -143,7 +146,7 @@ func (v *chaosVerdict) example(kind string, o chaosObs, format string, args ...a
 // judge counts what went wrong in obs: answers that are not NOERROR,
 // timeouts, and wrong answers, against backends and roles, allowing budget
 // for a change to reach an answer.
-func judgeChaos(obs []chaosObs, backends []*chaosBackend, roles *chaosRoles, budget time.Duration) chaosVerdict {
+func judgeChaos(obs []chaosObs, backends []*chaosBackend, roles chaosRoleBook, budget time.Duration) chaosVerdict {
 	var v chaosVerdict
 	for _, o := range obs {
 		v.total++
@@ -198,10 +201,18 @@ func judgeLocal(v *chaosVerdict, o chaosObs, backends []*chaosBackend, budget ti
 	}
 }
 
-// judgeRole: the answer must be exactly one address, of the node that
-// held role at some time from budget before the query to its answer.
-func judgeRole(v *chaosVerdict, o chaosObs, roles *chaosRoles, role string, budget time.Duration) {
-	if len(o.addrs) != 1 || !roles.holds(o.addrs[0], role, o.send.Add(-budget), o.recv) {
+// judgeRole: the answer must be one address, of the node that held role
+// at some time from budget before the query to its answer, or none when
+// no node held it at some time then. primary. without an address during
+// a planned switchover is counted apart.
+func judgeRole(v *chaosVerdict, o chaosObs, roles chaosRoleBook, role string, budget time.Duration) {
+	from := o.send.Add(-budget)
+	switch {
+	case len(o.addrs) == 0 && role == "primary" && roles.switching(o.send):
+		v.switchNoData++
+		v.example("NODATA during a switchover", o, "no address for the primary")
+	case len(o.addrs) == 0 && roles.vacant(role, from, o.recv):
+	case len(o.addrs) != 1 || !roles.holds(o.addrs[0], role, from, o.recv):
 		v.wrongRole++
 		v.example("wrong role", o, "answers %v, not the %s", o.addrs, role)
 	}
@@ -209,11 +220,13 @@ func judgeRole(v *chaosVerdict, o chaosObs, roles *chaosRoles, role string, budg
 
 // propagation measures how long changes took to leave the answers: for
 // each backend going down, and each instance asked meanwhile, the last
-// query sent while it was down whose answer still held it; for each role
-// swap, the last query sent after the COMMIT, and before the next swap
-// began, whose primary. answer was the old primary. It returns every such delay, sorted (0 when no answer
-// after the change held the old state).
-func propagation(obs []chaosObs, backends []*chaosBackend, roles *chaosRoles) (down, swap []time.Duration) {
+// query sent while it was down whose answer still held it; for each time
+// the primary role left a node (a swap's COMMIT; with check postgres, the
+// end of the old primary's stop), the last query sent after it, and before
+// that node may be primary again, whose primary. answer was that node. It
+// returns every such delay, sorted (0 when no answer after the change held
+// the old state).
+func propagation(obs []chaosObs, backends []*chaosBackend, roles chaosRoleBook) (down, swap []time.Duration) {
 	for _, b := range backends {
 		from, to := b.downs()
 		for i := range from {

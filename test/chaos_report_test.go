@@ -14,14 +14,18 @@ import (
 // other error, timeouts over chaosMaxTimeouts percent of all queries.
 func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, perf []dnsperfReport, stalls []chaosStallAt) {
 	obs := r.checker.all()
-	v := judgeChaos(obs, r.local, r.roles, chaosBudget)
-	down, swap := propagation(obs, r.local, r.roles)
+	v := judgeChaos(obs, r.local, r.book(), r.budget())
+	down, swap := propagation(obs, r.local, r.book())
 
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) }
-	p("chaos run: %v, three instances, checks every %v (timeout %v, rise %d, fall %d)", ran.Round(time.Second), chaosInterval, chaosTimeout, chaosRise, chaosFall)
+	check := "check tcp"
+	if r.pgc != nil {
+		check = "check postgres, role sessions at the default role_interval"
+	}
+	p("chaos run: %v, three instances, %s every %v (timeout %v, rise %d, fall %d)", ran.Round(time.Second), check, chaosInterval, r.timeout(), chaosRise, chaosFall)
 	p("budget for a change to reach every answer: fall×interval + timeout + lease = %d×%v + %v + %v = %v",
-		chaosFall, chaosInterval, chaosTimeout, chaosLease, chaosBudget)
+		chaosFall, chaosInterval, r.timeout(), 3*chaosInterval+r.timeout(), r.budget())
 	var done []string
 	for _, name := range slices.Sorted(maps.Keys(steps)) {
 		done = append(done, fmt.Sprintf("%s ×%d", name, steps[name]))
@@ -65,8 +69,17 @@ func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, pe
 	}
 	p("backend down → gone from an instance's answers (last answer holding it): median %v, max %v over %d",
 		quantile(down, 0.5), quantile(down, 1), len(down))
-	p("role swap COMMIT → old primary gone from primary.: median %v, max %v over %d",
-		quantile(swap, 0.5), quantile(swap, 1), len(swap))
+	if r.pgc != nil {
+		p("old primary stopped → gone from primary.: median %v, max %v over %d",
+			quantile(swap, 0.5), quantile(swap, 1), len(swap))
+		for _, l := range r.pgc.summary() {
+			p("%s", l)
+		}
+		p("primary. without an address during a planned switchover: %d (not counted as wrong)", v.switchNoData)
+	} else {
+		p("role swap COMMIT → old primary gone from primary.: median %v, max %v over %d",
+			quantile(swap, 0.5), quantile(swap, 1), len(swap))
+	}
 	for _, w := range r.windows {
 		p("%-20s noticed by the first instance after %v, by every instance after %v; slowest checker answer meanwhile %v (from %s, for %v)",
 			w.what, w.noticed.first.Round(time.Millisecond), w.noticed.all.Round(time.Millisecond), slowestIn(obs, w.from, w.to).Round(time.Microsecond),

@@ -21,8 +21,15 @@ import (
 const (
 	chaosInterval = 500 * time.Millisecond
 	chaosTimeout  = 200 * time.Millisecond
-	chaosRise     = 2
-	chaosFall     = 2
+	// chaosPGTimeout is the timeout with check postgres: a probe is a
+	// PostgreSQL connect (a backend forked, a startup exchange, a query),
+	// and a role poll missing it counts as a failed probe; 200 ms, which a
+	// TCP connect to a listener meets whatever the load, timed out on a
+	// host loaded by the other tests (load average 15-27 on 2 cores) and
+	// took nodes out that were up.
+	chaosPGTimeout = 400 * time.Millisecond
+	chaosRise      = 2
+	chaosFall      = 2
 	// chaosLease is the lease of a backend's prober (lock's default: three
 	// intervals and the timeout): the longest another instance waits
 	// before probing a backend whose prober is gone (SIGKILLed, frozen,
@@ -33,6 +40,15 @@ const (
 	// margin. A backend down longer must not be answered; a backend up
 	// longer must be; a role swapped longer ago must show.
 	chaosBudget = chaosFall*chaosInterval + chaosTimeout + chaosLease
+	// chaosPGBudget is chaosBudget with chaosPGTimeout, in the lease too.
+	chaosPGBudget = chaosBudget + 2*(chaosPGTimeout-chaosTimeout)
+	// chaosPGFollowTimeout bounds the wait for one follower of the registry
+	// before a switchover's roles are recorded there: an instance the
+	// Redis attacker's second fleet sent to PostgreSQL stays there for up
+	// to 40 s (relay.go's relayHold, doubled twice); the answers do not
+	// wait on the registry with check postgres, so neither does the
+	// switchover, only its record.
+	chaosPGFollowTimeout = 90 * time.Second
 	// chaosTTL is the instances' ttl; a Corefile reload toggles it with
 	// chaosTTLReloaded.
 	chaosTTL, chaosTTLReloaded = 5, 7
@@ -62,7 +78,10 @@ const (
 
 // TestChaos runs a fleet of three bin/coredns (built with -race under make
 // test and make chaos) with a real redis-server, the registry's PostgreSQL
-// and real TCP backends, under a steady load from dnsperf on two instances,
+// and real TCP backends checked with check tcp (CHAOS_CHECK=postgres: real
+// PostgreSQL servers checked with check postgres and its role sessions,
+// the switchovers real: see chaos_pg_test.go), under a steady load from
+// dnsperf on two instances,
 // for CHAOS_DURATION (default 20s). Meanwhile the backends of cluster local
 // flap, one of each pair down at a time, and a script, in turn, stops and
 // starts Redis, freezes it (SIGSTOP) and resumes it, swaps the roles of
@@ -161,7 +180,8 @@ type chaosRun struct {
 	standby  *pgtest.Postgres // its streaming standby (nil while remade)
 	rs       *redistest.Server
 	local    []*chaosBackend
-	roles    *chaosRoles
+	roles    *chaosRoles // cluster pgc with check tcp: roles swapped in the registry
+	pgc      *chaosPGC   // cluster pgc with check postgres: real servers
 	corefile string
 	ins      []*Instance // by slot
 	stops    []func()    // the checker's, by slot
@@ -198,31 +218,69 @@ type chaosNoticed struct{ first, all time.Duration }
 // standby), the backends and three instances, and waits until they share
 // the checks of all six.
 func newChaosRun(t *testing.T) *chaosRun {
+	mode := chaosCheckMode(t)
 	r := &chaosRun{t: t, rs: redistest.Start(t), checker: &chaosChecker{}, ttl: chaosTTL}
 	r.startRegistry()
+	target, check := "", "tcp"
+	if mode == "postgres" {
+		r.pgc = startChaosPGC(t)
+		target, check = r.pgc.localTarget(), chaosPGCheck
+	}
 	var rows []string
 	for i, h := range chaosLocalHosts {
-		b := r.backend(h)
+		b := r.backend(h, target)
 		r.local = append(r.local, b)
 		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %s, 'standby')", i, h, b.port))
 	}
-	for i, h := range chaosRoleHosts {
-		b := r.backend(h)
-		role := []string{"primary", "standby"}[i]
-		rows = append(rows, fmt.Sprintf("('pgc', 'p%d', '%s', %s, '%s')", i+1, h, b.port, role))
+	if r.pgc != nil {
+		rows = append(rows, r.pgc.rows()...)
+	} else {
+		for i, h := range chaosRoleHosts {
+			b := r.backend(h, "")
+			role := []string{"primary", "standby"}[i]
+			rows = append(rows, fmt.Sprintf("('pgc', 'p%d', '%s', %s, '%s')", i+1, h, b.port, role))
+		}
+		r.roles = newChaosRoles(chaosRoleHosts)
 	}
 	r.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
-	r.roles = newChaosRoles(chaosRoleHosts)
-	r.corefile = chaosCorefile(r.registryDSN(), r.rs.URL())
+	r.corefile = chaosCorefile(r.registryDSN(), r.rs.URL(), check, r.timeout())
 	r.ins = startInstances(t, r.corefile, 3)
 	r.stops = make([]func(), 3)
-	Eventually(t, chaosStepTimeout, coordinated(t, r.ins, r.targets()))
+	r.coordinated()
 	Eventually(t, chaosStepTimeout, answersExactly(r.ins, chaosLocalHosts))
+	if r.pgc != nil {
+		r.pgc.rig.ins = r.ins // the same slots: a restarted instance is counted too
+		Eventually(t, chaosStepTimeout, answersOnly(r.ins, chaosPrimary, r.pgc.primary().host))
+	}
 	return r
 }
 
-func (r *chaosRun) backend(host string) *chaosBackend {
-	b, err := openChaosBackend(host)
+// timeout is the check's timeout, budget how long a change may take to
+// reach every answer.
+func (r *chaosRun) timeout() time.Duration {
+	if r.pgc != nil {
+		return chaosPGTimeout
+	}
+	return chaosTimeout
+}
+
+func (r *chaosRun) budget() time.Duration {
+	if r.pgc != nil {
+		return chaosPGBudget
+	}
+	return chaosBudget
+}
+
+// book returns when each node of cluster pgc held each role.
+func (r *chaosRun) book() chaosRoleBook {
+	if r.pgc != nil {
+		return r.pgc.book
+	}
+	return r.roles
+}
+
+func (r *chaosRun) backend(host, target string) *chaosBackend {
+	b, err := openChaosBackend(host, target)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -233,8 +291,9 @@ func (r *chaosRun) backend(host string) *chaosBackend {
 func (r *chaosRun) targets() int { return len(chaosLocalHosts) + len(chaosRoleHosts) }
 
 // chaosCorefile is the fleet's Corefile: checks every chaosInterval,
-// shared through Redis; dsn is quoted (a key=value DSN has spaces).
-func chaosCorefile(dsn, redisURL string) string {
+// shared through Redis; dsn is quoted (a key=value DSN has spaces); check
+// is the check line's argument (tcp, or postgres and its options).
+func chaosCorefile(dsn, redisURL, check string, timeout time.Duration) string {
 	return fmt.Sprintf(`%s:%s {
  bind 127.0.0.1
  prometheus 127.0.0.1:%s
@@ -242,7 +301,7 @@ func chaosCorefile(dsn, redisURL string) string {
   postgres %q
   allow_loopback
   ttl %d
-  check tcp
+  check %s
   interval %s
   timeout %s
   rise %d
@@ -250,7 +309,7 @@ func chaosCorefile(dsn, redisURL string) string {
   redis %s
  }
 }
-`, Zone, PortPlaceholder, MetricsPlaceholder, dsn, chaosTTL, chaosInterval, chaosTimeout, chaosRise, chaosFall, redisURL)
+`, Zone, PortPlaceholder, MetricsPlaceholder, dsn, chaosTTL, check, chaosInterval, timeout, chaosRise, chaosFall, redisURL)
 }
 
 // watch starts the checker on the instance in slot, as a new incarnation.
@@ -301,8 +360,8 @@ func (r *chaosRun) untilAll(start time.Time, name string, want float64) chaosNot
 			if seen[i] {
 				continue
 			}
-			if metric(r.t, in, name) != want {
-				err = fmt.Errorf("%s on %s is not %v after %v", name, in.Addr(), want, time.Since(start))
+			if v, merr := chaosMetric(in, name); merr != nil || v != want {
+				err = fmt.Errorf("%s on %s is not %v after %v (%v, %v)", name, in.Addr(), want, time.Since(start), v, merr)
 				continue
 			}
 			seen[i] = true
@@ -316,9 +375,71 @@ func (r *chaosRun) untilAll(start time.Time, name string, want float64) chaosNot
 	return n
 }
 
+// coordinated waits until every instance is coordinated and the leases
+// they hold add up to the targets.
 func (r *chaosRun) coordinated() {
 	r.t.Helper()
-	Eventually(r.t, chaosStepTimeout, coordinated(r.t, r.ins, r.targets()))
+	Eventually(r.t, chaosStepTimeout, func() error {
+		total := 0.0
+		for _, in := range r.ins {
+			if v, err := chaosMetric(in, modeCoordinated); err != nil || v != 1 {
+				return fmt.Errorf("%s is not coordinated (%v, %v)", in.Addr(), v, err)
+			}
+			v, err := chaosMetric(in, leasesMetric)
+			if err != nil {
+				return err
+			}
+			total += v
+		}
+		if int(total) != r.targets() {
+			return fmt.Errorf("%v leases held, want %d", total, r.targets())
+		}
+		return nil
+	})
+}
+
+// oneFollower waits up to timeout until exactly one instance follows the
+// registry and every other reads its copy (relay_role), as oneFollower
+// does, but takes a failed scrape for not yet (see chaosMetric).
+func (r *chaosRun) oneFollower(timeout time.Duration) {
+	r.t.Helper()
+	Eventually(r.t, timeout, func() error {
+		var rs []string
+		for _, in := range r.ins {
+			role := ""
+			for _, name := range []string{"follower", "reader", "local"} {
+				v, err := chaosMetric(in, `coredns_pgcluster_relay_role{role="`+name+`",zone="`+Zone+`"}`)
+				if err != nil {
+					return err
+				}
+				if v == 1 {
+					role = name
+				}
+			}
+			rs = append(rs, role)
+		}
+		n := map[string]int{}
+		for _, role := range rs {
+			n[role]++
+		}
+		if n["follower"] != 1 || n["reader"] != len(rs)-1 {
+			return fmt.Errorf("roles %v: want one follower, readers", rs)
+		}
+		return nil
+	})
+}
+
+// chaosMetric reads one sample of an instance's metrics. An error is the
+// script's to wait out, not a failure: on a loaded host a scrape of an
+// instance under -race can miss its 2 s timeout, and the answers, which
+// the checker judges, are what the run is about.
+func chaosMetric(in *Instance, name string) (float64, error) {
+	body, err := get(in.MetricsURL())
+	if err != nil {
+		return 0, fmt.Errorf("metrics of %s: %w", in.Addr(), err)
+	}
+	v, _ := metricValue(body, name)
+	return v, nil
 }
 
 func (r *chaosRun) redisRestart() {
@@ -346,9 +467,10 @@ func (r *chaosRun) redisFreeze() {
 	r.coordinated()
 }
 
-// swap swaps the roles of cluster pgc, and waits until every instance
-// answers the new primary before the script goes on (the checker judges
-// whether that took longer than the budget). Only while every instance
+// swap swaps the roles of cluster pgc (with check postgres: a real
+// switchover, the registry's roles updated after it), and waits until
+// every instance answers the new primary before the script goes on (the
+// checker judges whether that took longer than the budget). Only while every instance
 // follows the registry, and never cut short by the next fault: a change
 // made while an instance is cut off, or that it had no time to read before
 // the registry froze, reaches it when it reconnects, after a backoff of up
@@ -356,7 +478,8 @@ func (r *chaosRun) redisFreeze() {
 func (r *chaosRun) swap() { r.swapAnswered() }
 
 // swapAnswered is swap; it returns how long after the swap's COMMIT every
-// instance answered the new primary.
+// instance answered the new primary (with check postgres: the new roles in
+// the registry, as each node's TXT says).
 //
 // With the registry relay, following means that one of the running
 // instances is the follower and the others read its copy: after the
@@ -366,8 +489,11 @@ func (r *chaosRun) swap() { r.swapAnswered() }
 // committed then is served within the lease TTL and a reload (issue 12's
 // bound), not within the checks' budget; so the swap waits for a follower.
 func (r *chaosRun) swapAnswered() time.Duration {
+	if r.pgc != nil {
+		return r.switchover()
+	}
 	r.untilAll(time.Now(), registryUp, 1)
-	oneFollower(r.t, r.ins, chaosStepTimeout)
+	r.oneFollower(chaosStepTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	primary, err := r.roles.swap(ctx, r.pg)

@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -13,13 +14,18 @@ import (
 
 // chaosBackend is a TCP listener standing for a node of the chaos run, on
 // an address of its own, that remembers when it went down and up: what an
-// answer holding its address is judged against.
+// answer holding its address is judged against. Without a target it
+// closes what it accepts (enough for check tcp); with one, it forwards
+// each connection there, a real PostgreSQL server, so that every probe of
+// check postgres and every role session is a real one.
 type chaosBackend struct {
 	host, port string
+	target     string // host:port each connection is forwarded to; "" for none
 
 	mu      sync.Mutex
 	l       net.Listener
-	changes []chaosChange // in time order; the first is the opening
+	conns   map[net.Conn]struct{} // both ends of each forwarded connection
+	changes []chaosChange         // in time order; the first is the opening
 }
 
 // chaosChange is a backend going up or down. For a backend going down, at
@@ -30,8 +36,11 @@ type chaosChange struct {
 	up bool
 }
 
-func openChaosBackend(host string) (*chaosBackend, error) {
-	b := &chaosBackend{host: host}
+// chaosForwardDial bounds a forwarder's connect to its target.
+const chaosForwardDial = 5 * time.Second
+
+func openChaosBackend(host, target string) (*chaosBackend, error) {
+	b := &chaosBackend{host: host, target: target, conns: map[net.Conn]struct{}{}}
 	if err := b.listen(host + ":0"); err != nil {
 		return nil, err
 	}
@@ -54,13 +63,52 @@ func (b *chaosBackend) listen(addr string) error {
 			if err != nil {
 				return
 			}
-			c.Close()
+			if b.target == "" {
+				c.Close()
+				continue
+			}
+			go b.forward(l, c)
 		}
 	}()
 	return nil
 }
 
-// down closes the listener: connections are refused from now on.
+// forward copies c to a new connection to the target and back until
+// either side closes, or the backend goes down (down closes both).
+func (b *chaosBackend) forward(l net.Listener, c net.Conn) {
+	s, err := net.DialTimeout("tcp", b.target, chaosForwardDial)
+	if err != nil {
+		c.Close()
+		return
+	}
+	b.mu.Lock()
+	if b.l != l { // down since c was accepted: a down host keeps nothing open
+		b.mu.Unlock()
+		c.Close()
+		s.Close()
+		return
+	}
+	b.conns[c], b.conns[s] = struct{}{}, struct{}{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range [][2]net.Conn{{c, s}, {s, c}} {
+		wg.Go(func() {
+			io.Copy(p[0], p[1])
+			// One side ended: the session is over for both.
+			c.Close()
+			s.Close()
+		})
+	}
+	wg.Wait()
+	b.mu.Lock()
+	delete(b.conns, c)
+	delete(b.conns, s)
+	b.mu.Unlock()
+}
+
+// down closes the listener, and every forwarded connection, as a host that
+// goes down does: connections are refused from now on, and a role session
+// through it ends.
 func (b *chaosBackend) down() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -69,6 +117,10 @@ func (b *chaosBackend) down() {
 	}
 	b.l.Close()
 	b.l = nil
+	for c := range b.conns {
+		c.Close()
+	}
+	clear(b.conns)
 	b.changes = append(b.changes, chaosChange{at: time.Now(), up: false})
 }
 
@@ -155,8 +207,25 @@ func flapPair(pair [2]*chaosBackend, stop <-chan struct{}) (int, error) {
 	}
 }
 
-// chaosRoles is the primary./standby. cluster of the chaos run: two nodes
-// whose roles the run swaps in the registry, and when each was primary.
+// chaosRoleBook is what primary. and standby. answers are judged against:
+// when each node of cluster pgc held each role.
+type chaosRoleBook interface {
+	// holds reports whether host held role ("primary" or "standby") at
+	// some time in [from, to].
+	holds(host, role string, from, to time.Time) bool
+	// vacant reports whether no node held role at some time in [from, to]:
+	// an answer without an address is right then.
+	vacant(role string, from, to time.Time) bool
+	// switching reports whether t falls within a planned switchover.
+	switching(t time.Time) bool
+	// changes returns the times the primary role left a node, that node,
+	// and when it may be primary again (zero after the last).
+	changes() (at []time.Time, old []string, next []time.Time)
+}
+
+// chaosRoles is the primary./standby. cluster of the chaos run with check
+// tcp: two nodes whose roles the run swaps in the registry, and when each
+// was primary. One node holds each role at every moment.
 type chaosRoles struct {
 	hosts [2]string
 
@@ -213,6 +282,12 @@ func (r *chaosRoles) holds(host, role string, from, to time.Time) bool {
 	}
 	return false
 }
+
+// vacant is false: a swap hands each role over in one statement.
+func (r *chaosRoles) vacant(string, time.Time, time.Time) bool { return false }
+
+// switching is false: the registry swaps roles, no server stops.
+func (r *chaosRoles) switching(time.Time) bool { return false }
 
 // changes returns the times the roles were swapped (each COMMIT), the
 // host that lost the primary role each time, and when the next swap
