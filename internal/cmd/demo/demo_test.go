@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -221,12 +222,41 @@ func TestCheckFree(t *testing.T) {
 // a given DNS port is kept.
 func TestFreePorts(t *testing.T) {
 	for _, port := range []int{0, 5353} {
-		ps, err := freePorts(port)
+		ps, err := freePorts(port, &portClaims{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if ps[0] == ps[1] || ps[1] == ps[2] || ps[0] == ps[2] || slices.Contains(ps[:], 0) || (port != 0 && ps[0] != port) {
 			t.Errorf("freePorts(%d) = %v; want three different ports, the first %d when given", port, ps, port)
+		}
+	}
+}
+
+// TestFreePortsAtOnce checks that instances given ports at once, as the
+// fleet's are, never get the same one: a port is free again once
+// freePorts lets go of it, before the instance binds it, and CoreDNS binds
+// with SO_REUSEPORT, so two instances given one port would share it without
+// an error (both metrics URLs reaching one instance's metrics).
+func TestFreePortsAtOnce(t *testing.T) {
+	const n = 30
+	claims := &portClaims{}
+	got := make([][3]int, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { got[i], errs[i] = freePorts(0, claims) })
+	}
+	wg.Wait()
+	owner := map[int]int{}
+	for i, ps := range got {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		for _, p := range ps {
+			if j, ok := owner[p]; ok {
+				t.Errorf("port %d given to instance %d and to instance %d", p, j, i)
+			}
+			owner[p] = i
 		}
 	}
 }

@@ -64,13 +64,13 @@ func (in *instance) metricsURL() string { return "http://" + in.metrics + "/metr
 // takes one first); otherwise the DNS port is port, checked free by the
 // caller. Its output goes to w, each line prefixed with its name. An
 // instance that does not answer is stopped.
-func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port int, c corefileConfig) (*instance, *dns.Msg, error) {
+func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port int, claims *portClaims, c corefileConfig) (*instance, *dns.Msg, error) {
 	dir := filepath.Join(tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
 	for try := 1; ; try++ {
-		ports, err := freePorts(port)
+		ports, err := freePorts(port, claims)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -124,13 +124,14 @@ func startFleet(ctx context.Context, w io.Writer, bin, shown, tmp string, port i
 	fleet := make([]*instance, fleetSize)
 	answers := make([]*dns.Msg, fleetSize)
 	errs := make([]error, fleetSize)
+	claims := &portClaims{}
 	startOne := func(i int) {
 		name := "coredns-" + strconv.Itoa(i+1)
 		p := 0
 		if port != 0 {
 			p = port + i
 		}
-		fleet[i], answers[i], errs[i] = startInstance(ctx, w, bin, tmp, name, p, c)
+		fleet[i], answers[i], errs[i] = startInstance(ctx, w, bin, tmp, name, p, claims, c)
 	}
 	fmt.Fprintf(w, "demo: starting coredns-1 %s\n", shown)
 	startOne(0)
@@ -172,10 +173,21 @@ func stopFleet(fleet []*instance) error {
 	return errors.Join(errs...)
 }
 
-// freePorts returns three loopback ports, free a moment ago: for DNS (TCP
-// and UDP; port itself when it is not 0), for metrics and for readiness.
-// All three are held until all are found, so that they differ.
-func freePorts(port int) ([3]int, error) {
+// portClaims are the ports given to the fleet's instances. A port is free
+// again once freePorts lets go of it, before the instance binds it, and
+// CoreDNS binds with SO_REUSEPORT: two instances started at once and given
+// the same port would share it without an error, one's metrics answering
+// for both. A port once claimed is not given again.
+type portClaims struct {
+	mu    sync.Mutex
+	ports map[int]bool
+}
+
+// freePorts returns three loopback ports, free a moment ago and not in
+// claims, and adds them to claims: for DNS (TCP and UDP; port itself when
+// it is not 0), for metrics and for readiness. All three are held until
+// all are found, so that they differ.
+func freePorts(port int, claims *portClaims) ([3]int, error) {
 	var ports [3]int
 	var held []io.Closer
 	defer func() {
@@ -183,6 +195,11 @@ func freePorts(port int) ([3]int, error) {
 			c.Close()
 		}
 	}()
+	claimed := func(p int) bool {
+		claims.mu.Lock()
+		defer claims.mu.Unlock()
+		return claims.ports[p]
+	}
 	listen := func(udp bool) (int, error) {
 		for range 10 {
 			l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -191,6 +208,9 @@ func freePorts(port int) ([3]int, error) {
 			}
 			held = append(held, l)
 			p := l.Addr().(*net.TCPAddr).Port
+			if claimed(p) {
+				continue // held until the end: not picked again here
+			}
 			if !udp {
 				return p, nil
 			}
@@ -211,6 +231,16 @@ func freePorts(port int) ([3]int, error) {
 			return ports, err
 		}
 		ports[i] = p
+	}
+	// Claimed while still held: another call can only be given one of
+	// these ports once it is claimed.
+	claims.mu.Lock()
+	defer claims.mu.Unlock()
+	if claims.ports == nil {
+		claims.ports = map[int]bool{}
+	}
+	for _, p := range ports {
+		claims.ports[p] = true
 	}
 	return ports, nil
 }
