@@ -13,8 +13,9 @@ type bounds struct {
 	ttl       time.Duration // of a lease
 	memberTTL time.Duration // of a membership
 	cycle     time.Duration // how often leases and membership are looked after
-	resync    time.Duration // how often every stored status is read again
+	resync    time.Duration // how often every stored status is read again, at the least, as a safety net
 	interval  time.Duration // of the checks
+	timeout   time.Duration // of a probe
 }
 
 // bounds checks cfg and returns its bounds.
@@ -22,7 +23,7 @@ func (cfg Config) bounds() (bounds, error) {
 	if cfg.Interval <= 0 || cfg.Timeout <= 0 {
 		return bounds{}, fmt.Errorf("lock: the checks' interval %v and timeout %v must be positive", cfg.Interval, cfg.Timeout)
 	}
-	b := bounds{ttl: cfg.LeaseTTL, resync: cfg.Resync, interval: cfg.Interval, cycle: cfg.Interval / 2}
+	b := bounds{ttl: cfg.LeaseTTL, resync: cfg.Resync, interval: cfg.Interval, timeout: cfg.Timeout, cycle: cfg.Interval / 2}
 	if b.ttl == 0 {
 		b.ttl = max(3*cfg.Interval+cfg.Timeout, time.Second)
 	}
@@ -44,32 +45,61 @@ func (cfg Config) bounds() (bounds, error) {
 // writes one further ahead, and one that did would count for good.
 func (b bounds) memberAhead() time.Duration { return b.memberTTL + b.ttl }
 
-// cover is how old a status may be and still cover its key. A holder
-// rewrites its status at every probe but publishes it only when it
-// changes, so what a reader knows of it is at most a resync old: older
-// than a resync, a lease and an interval, nobody writes it any more.
-func (b bounds) cover() time.Duration { return b.resync + b.ttl + b.interval }
+// legacyResync is how often an instance reads again the statuses of a
+// holder that numbers none of its publishes (an instance of an earlier
+// version, in a fleet being upgraded): what it knows of them is then at
+// most that old, as when every instance read every status that often.
+const legacyResync = 10 * time.Second
+
+// cover is how long what this instance knows of a holder's status may go
+// unconfirmed and still cover its key. A holder's statuses are confirmed
+// at every heartbeat that finds nothing it published missing here (its
+// watermark), and those of a holder that numbers nothing each time they
+// are read again (every legacyResync): past a resync, a lease and an
+// interval, their holder has stopped writing them.
+func (b bounds) cover() time.Duration { return legacyResync + b.ttl + b.interval }
+
+// storedAge is how old a stored status read from Redis may be and count
+// as its holder's current one: a holder rewrites its status at every
+// probe, so an interval, a probe, a cycle and the longest a Redis call may
+// take. An older one is no holder's any more (an old genuine status stored
+// again, perhaps), whatever a reader that knows nothing newer would think.
+func (b bounds) storedAge() time.Duration {
+	return b.interval + b.timeout + b.cycle + MaxCallTimeout
+}
 
 // stale says why a status written by holder with version (Redis's clock
-// at the write, µs) does not cover its key at now (Redis's clock, µs), for
-// the live members and the key's owner among them, or "" when it covers
-// it: its writer must be the live member the fleet gives the key to
-// (rendezvous over the live members: one the fleet moved the key away
-// from no longer probes it, and a key given to a member that writes
-// nothing, as one anyone added, must not be covered by the last status of
-// its old holder), and it must be recent (see cover) and not ahead of the
-// clock by more than a lease.
-func (b bounds) stale(holder, keyOwner string, version int64, live map[string]bool, now int64) string {
+// at the write, µs), and known current as of asOf (µs), does not cover
+// its key at now (Redis's clock, µs), for the live members and the key's
+// owner among them, or "" when it covers it: its writer must be the live
+// member the fleet gives the key to (rendezvous over the live members: one
+// the fleet moved the key away from no longer probes it, and a key given
+// to a member that writes nothing, as one anyone added, must not be
+// covered by the last status of its old holder), it must have been known
+// current within fresh, and it must not be ahead of the clock by more than
+// a lease.
+func (b bounds) stale(holder, keyOwner string, version, asOf int64, live map[string]bool, now int64, fresh time.Duration) string {
 	switch {
 	case !live[holder]:
 		return "its writer is not a live member of the fleet"
 	case keyOwner != holder:
 		return "its writer no longer holds the key: the fleet gives it to another member"
-	case version < now-b.cover().Microseconds():
+	case asOf < now-fresh.Microseconds() && asOf == version:
 		age := time.Duration(now-version) * time.Microsecond
-		return fmt.Sprintf("written %v ago, longer than %v (a resync, a lease and an interval)", age.Round(time.Millisecond), b.cover())
+		return fmt.Sprintf("written %v ago, longer than %v", age.Round(time.Millisecond), fresh)
+	case asOf < now-fresh.Microseconds():
+		age := time.Duration(now-asOf) * time.Microsecond
+		return fmt.Sprintf("its writer's publishes last confirmed %v ago, longer than %v", age.Round(time.Millisecond), fresh)
 	case version > now+b.ttl.Microseconds():
 		return fmt.Sprintf("its version is %v ahead of Redis's clock, more than a lease (%v)", aheadBy(version, now), b.ttl)
 	}
 	return ""
+}
+
+// safetyEvery is how often an instance of a fleet of members reads every
+// stored status again as a safety net: every resync, and in a large fleet
+// every two intervals per member, so that the fleet's safety reads of M
+// statuses stay under half its M status writes per interval.
+func (b bounds) safetyEvery(members int) time.Duration {
+	return max(b.resync, 2*time.Duration(members)*b.interval)
 }

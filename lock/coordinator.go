@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -26,7 +27,11 @@ const (
 
 // Defaults of a Coordinator's Config.
 const (
-	DefaultResync = 10 * time.Second
+	// DefaultResync is how often every stored status is read again, as a
+	// safety net: what changes reaches every instance as it is published,
+	// and a message lost is found by its holder's watermark (see
+	// Coordinator), so this read repairs only what neither could.
+	DefaultResync = 5 * time.Minute
 	// statusTTL is how long a status no holder writes any more stays
 	// stored: long enough to outlive any outage the fleet rides out, short
 	// enough that the statuses of removed nodes do not pile up.
@@ -45,7 +50,10 @@ type Config struct {
 	// LeaseTTL is how long a lease lasts without a probe to renew it; 0 is
 	// 3 intervals plus the timeout, at least a second.
 	LeaseTTL time.Duration
-	// Resync is how often every stored status is read again; 0 is 10 s.
+	// Resync is how often every stored status is read again, as a
+	// safety net (in a large fleet less often: every two intervals per
+	// member, so that the fleet's reads stay under half its status
+	// writes); 0 is DefaultResync.
 	Resync time.Duration
 	// Secret, when set, signs every status written and this instance's
 	// membership, and rejects every status and member read without its
@@ -67,7 +75,7 @@ type Observer interface {
 	Mode(mode string)              // the mode now
 	Leases(held int)               // how many leases this instance holds
 	Message(result string)         // a status read: "applied", "stale" or "rejected"
-	Resync(err error)              // a resync of every status ended
+	Resync(err error)              // a read of every stored status ended
 	Propagation(d time.Duration)   // from a holder's write to its status applied here
 	Write(ok bool, published bool) // a status write of ours: fenced in (ok) or out, published or only stored
 }
@@ -79,15 +87,33 @@ type Observer interface {
 // targets it probes, the holders' for the others.
 //
 // Each target has a lease; the instance whose token it holds probes it and
-// writes its verdict, with the rise/fall counters, fenced by the lease and
-// published in the same step. Leases go to instances by rendezvous hashing
-// over the live members, so that they spread and move only when members
-// come or go. A target whose holder is not a live member (or whose status
-// predates this instance's return after an outage) is probed here too until
-// a holder's status arrives. While Redis does not answer (its calls have
+// writes its verdict, with the rise/fall counters, fenced by the lease, at
+// every probe, and publishes it in the same step when it changed. Leases
+// go to instances by rendezvous hashing over the live members, so that
+// they spread and move only when members come or go.
+//
+// What an instance knows of the others' statuses comes from what they
+// publish, not from reading every stored status again: each holder
+// numbers its publishes, and its membership heartbeat stores the number
+// of its last one (its watermark). A holder's statuses cover their
+// targets (the others do not probe them) while it is the live member the
+// fleet gives them to and nothing it published is missing here: a
+// watermark read at a heartbeat and still not reached by the messages
+// heard two cycles and a Redis call later (and once this instance's
+// subscription has heard back a marker sent after that heartbeat, so
+// that a message merely late is not taken for lost) is a gap, and that
+// holder's statuses are read again; they keep covering for a handoff
+// meanwhile, and cover nothing once that has passed without the read
+// (see feed).
+// Every stored status is read at each (re)subscription, and again, as a
+// safety net, every Resync.
+//
+// A target whose holder is not a live member (or whose status predates
+// this instance's return after an outage) is probed here too until a
+// holder's status arrives. While Redis does not answer (its calls have
 // kept failing for two cycles, see failed), every target is probed here
-// (ModeLocal); when it answers again, statuses are read again and leases
-// taken again.
+// (ModeLocal); when it answers again, leases are taken again, and every
+// status is read again once its holder has rewritten it.
 type Coordinator struct {
 	cfg    Config
 	b      bounds
@@ -117,8 +143,17 @@ type Coordinator struct {
 	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
-	resyncAt     time.Time                  // a resync is due (after a return)
+	resyncAt     time.Time                  // a read of every status is due (after a return)
+	safetyAt     time.Time                  // the next read of every status as a safety net
+	feeds        map[string]*feed           // what each holder published and what was heard of it
+	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
+	subAt        int64                      // Redis µs then
+	subscribed   bool                       // the subscription read every status since the last heartbeat (see afterResync)
 	wake         chan struct{}
+	readWake     chan struct{} // tells reads there may be something to read
+	synced       chan struct{} // closed once the first subscription read every stored status, or did not
+	syncOnce     sync.Once     // closes synced
+	gapReads     atomic.Int64  // reads of holders' statuses after a gap
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -143,6 +178,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	if err != nil {
 		return nil, err
 	}
+	sub.resync = 0 // no timer: reads follows the Coordinator's own rules
 	c := &Coordinator{
 		cfg: cfg, b: b, leases: l, sub: sub, rlog: ratelog.New(cfg.Logf, 0),
 		probeNow:  func(string) {},
@@ -156,23 +192,32 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		seized:    map[string]time.Time{},
 		members:   map[string]bool{},
 		owners:    map[string]string{},
+		feeds:     map[string]*feed{},
 		wake:      make(chan struct{}, 1),
+		readWake:  make(chan struct{}, 1),
+		synced:    make(chan struct{}),
 	}
 	sub.OnError = func(err error) { c.rlog.Logf("subscription", "%v", err) }
 	sub.OnReject = c.rejected
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
-	sub.OnResync = func(_ int, err error) { c.observe(func(o Observer) { o.Resync(err) }) }
+	sub.BeforeResync = c.beforeResync
+	sub.OnResync = c.afterResync
+	sub.Heard = c.heardMessage
 	sub.Horizon = c.horizon
 	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
 	// A status is vetted before its version counts: one refused is
 	// dropped without raising the key's last version, so that a forged
 	// or replayed status, whatever its version, cannot make the real
-	// ones stale.
+	// ones stale. One that passes counts as heard of its holder (see
+	// feed), whether its key is wanted here or not: vetted once, so that
+	// a flood of messages costs no more than before they were numbered.
 	sub.Accept = func(key string, v int64, b []byte) bool {
-		if st, err := c.vet(key, v, b); err != nil {
+		st, err := c.vet(key, v, b)
+		if err != nil {
 			c.refused(key, st, err)
 			return false
 		}
+		c.heardStatus(st)
 		return c.wanted(key)
 	}
 	return c, nil
@@ -213,10 +258,11 @@ func (c *Coordinator) refused(key string, st status, err error) {
 
 // wanted reports whether a status of key can count here: key is a
 // target, or no target is known yet (a cold start answers from the stored
-// statuses the fleet stands by). Statuses of other keys are not kept, so that what is
-// published cannot grow this instance's memory; a genuine one (a node
-// this instance has not read from the registry yet) is read again by the
-// next resync.
+// statuses the fleet stands by). Statuses of other keys are not kept, so
+// that what is published cannot grow this instance's memory; a genuine
+// one (a node this instance has not read from the registry yet) is
+// published again when it changes, and read again by the next read of
+// every status.
 func (c *Coordinator) wanted(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -328,13 +374,18 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		delete(c.own, t.Key)
 		return false, health.Progress{}
 	}
-	if r, ok := c.known(t.Key); ok && r.Addr == t.Addr && r.version >= c.now()-c.b.cover().Microseconds() {
-		return true, r.progress()
+	if r, ok := c.known(t.Key); ok && r.Addr == t.Addr {
+		// Its holder's last known status, even with a gap pending (what
+		// it published since may be missing, but this one was its own).
+		if asOf, _ := c.asOf(r); asOf >= c.now()-c.b.cover().Microseconds() {
+			return true, r.progress()
+		}
 	}
-	// Nothing the fleet stands by to continue from (no status, one
-	// older than the bound, or refused): a node nobody vouches for must
-	// not stay in the answers for fall probes, so its first failed probe
-	// takes it out (the checker bounds the failures to its fall).
+	// Nothing the fleet stands by to continue from (no status, one not
+	// known current within the bound, or refused): a node nobody
+	// vouches for must not stay in the answers for fall probes, so its
+	// first failed probe takes it out (the checker bounds the failures
+	// to its fall).
 	return true, health.Progress{Fail: distrust}
 }
 
@@ -362,10 +413,10 @@ func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
 // covered reports whether a live holder's status covers key at addr: a
 // status for that address, not older than this instance's return, that
 // covers the key by the fleet's bounds (bounds.stale: by the live member
-// the fleet gives the key to, written recently enough), and not by this
-// instance unless it still holds the lease (one that lost it to anyone's
-// write probes the key itself until it takes the lease back). c.mu is
-// held.
+// the fleet gives the key to, with nothing its holder published missing
+// here beyond a handoff, see asOf), and not by this instance unless it still holds the
+// lease (one that lost it to anyone's write probes the key itself until
+// it takes the lease back). c.mu is held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	r, ok := c.known(key)
 	if !ok || r.Addr != addr || r.version < c.joinedAt || r.Holder == c.Token() && !c.held[key] {
@@ -376,15 +427,20 @@ func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 
 // vouched reports whether the fleet stands by r, the status applied for
 // key, by its bounds (bounds.stale): written by the live member the fleet
-// gives the key to, recently enough, not ahead of the clock. c.mu is held.
+// gives the key to, known to be its current status (no gap in its
+// holder's publishes left unrepaired beyond a handoff, confirmed
+// recently: see asOf), not ahead of the clock. c.mu is held.
 func (c *Coordinator) vouched(key string, r remoteStatus) bool {
-	return c.b.stale(r.Holder, c.ownerOf(key), r.version, c.members, c.now()) == ""
+	asOf, lapsed := c.asOf(r)
+	return !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, c.now(), c.b.cover()) == ""
 }
 
 // Record implements health.Shared: the verdict counts here at once; while
 // this instance holds the lease, it is written to Redis too, fenced,
-// renewing the lease, and published when it differs from the last one
-// published.
+// renewing the lease, and published, with the next number of this
+// instance's publishes, when it differs from the last one published (or
+// when someone else wrote the stored status meanwhile, see
+// WriteOptions.Expect).
 func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	c.mu.Lock()
 	prev, had := c.own[t.Key]
@@ -399,8 +455,12 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	// last one known when that is further on (writes within a
 	// microsecond, a clock behind).
 	propose := c.now()
+	var expect int64 // the version we last stored, to find someone else's write
 	if r, ok := c.known(t.Key); ok {
 		propose = max(propose, r.version+1)
+		if c.writtenBy[t.Key] && r.Holder == c.Token() {
+			expect = r.version
+		}
 	}
 	c.mu.Unlock()
 	if !write {
@@ -408,12 +468,19 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	}
 	start := time.Now()
 	st := newStatus(t.Addr, c.Token(), start, p)
-	v, ok, err := c.leases.WriteVersioned(context.Background(), t.Key, propose, func(v int64) []byte {
+	if publish {
+		st.Seq = c.leases.seq.Add(1)
+	}
+	w, err := c.leases.writeVersioned(context.Background(), t.Key, propose, func(v int64) []byte {
 		st.V = v
 		return encode(t.Key, st, c.cfg.Secret)
-	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl})
+	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl, Expect: expect})
+	v, ok := w.version, w.ok
 	st.V = v
-	c.observe(func(o Observer) { o.Write(ok, publish && ok) })
+	if ok && publish {
+		c.leases.confirm(st.Seq)
+	}
+	c.observe(func(o Observer) { o.Write(ok, w.published) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
@@ -438,7 +505,7 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 		}
 	default:
 		c.writtenBy[t.Key] = true
-		if publish {
+		if w.published {
 			c.published[t.Key] = p
 		}
 		if r, had := c.known(t.Key); !had || v > r.version {
@@ -460,7 +527,7 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !live && v < c.now()-c.storedAge().Microseconds() {
+	if !live && v < c.now()-c.b.storedAge().Microseconds() {
 		// A holder writes its status at every probe, so a stored status
 		// older than storedAge is no holder's any more: an old one
 		// stored again, perhaps, which an instance that knows nothing
@@ -479,6 +546,16 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		return
 	}
 	c.remote[key] = remoteStatus{version: v, status: st}
+	if live && c.held[key] && st.Holder != c.Token() {
+		// A newer status of a key this instance holds, written by
+		// another: anyone's write, without a secret. Its own goes out
+		// again at its next probe, so that the others answer from that
+		// one for at most an interval. (One naming this instance is
+		// its own, heard before the reply to its write came back on a
+		// loaded machine: taking it for another's would publish every
+		// rewrite of the key again, and so on.)
+		c.writtenBy[key] = false
+	}
 	if live {
 		c.observe(func(o Observer) { o.Message("applied") })
 		if st.Holder != c.Token() {
@@ -489,13 +566,6 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	if !had || !sameVerdict(r.progress(), st.progress(), c.cfg.WAL, false) || r.Holder != st.Holder || r.Addr != st.Addr {
 		c.signal()
 	}
-}
-
-// storedAge is how old a stored status read from Redis may be and count:
-// its holder rewrites it at every probe, so an interval, a probe, a cycle
-// and the longest a Redis call may take.
-func (c *Coordinator) storedAge() time.Duration {
-	return c.b.interval + c.cfg.Timeout + c.b.cycle + MaxCallTimeout
 }
 
 // signal tells Run's view loop to make a new View. c.mu is held.
@@ -550,135 +620,13 @@ func (c *Coordinator) view() health.View {
 	return v
 }
 
-// Run coordinates until ctx is done, calling apply with each new View. It
-// first reads the fleet's statuses (a cold start answers from them): apply
-// is called once before Run's first wait, whether Redis answered or not,
-// so that an instance never answers before it knows what the fleet knows.
-// When Run returns, this instance's leases are released and its membership
-// ended (when Redis answers), so that others take over at once.
-func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
-	c.tend(ctx)
-	if c.Mode() == ModeCoordinated {
-		all, err := c.sub.ReadAll(ctx)
-		for _, s := range all {
-			if s.Err != nil {
-				c.rejected(s.Key, s.Err)
-				continue
-			}
-			c.applyRemote(s.Key, s.Version, s.Status, false)
-		}
-		c.observe(func(o Observer) { o.Resync(err) })
-		if err != nil {
-			c.logf("%v", err)
-		}
-	}
-	c.awaitChecked(ctx)
-	apply(c.view())
-
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		// Subscribe returns only when ctx is done (or go-redis closed the
-		// subscription, which it does not while the client is open).
-		for ctx.Err() == nil {
-			if err := c.sub.Subscribe(ctx, func(k string, v int64, b []byte) { c.applyRemote(k, v, b, false) }); err != nil && ctx.Err() == nil {
-				c.logf("%v", err)
-			}
-		}
-	})
-	wg.Go(func() {
-		t := time.NewTicker(c.b.cycle)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.tend(ctx)
-			}
-		}
-	})
-	for {
-		select {
-		case <-ctx.Done():
-			wg.Wait()
-			c.leave()
-			return
-		case <-c.wake:
-			apply(c.view())
-		}
-	}
-}
-
-// Bounds of the wait before the first View (awaitChecked).
-const (
-	// firstTargetsWait bounds the wait for the registry's nodes: the
-	// registry's own start-up wait.
-	firstTargetsWait = 5 * time.Second
-)
-
-// awaitChecked waits, before the first View, until every target this
-// instance must probe itself (no live holder's status covers it) has been
-// probed once, so that an instance never answers, even for its first
-// milliseconds, a node that nobody vouches for: a stopped backend whose
-// old status someone stored again, say. In coordinated mode those targets
-// are probed at once (they are few: the ones whose holder is gone, and
-// this instance's share); in local mode their first probes come as the
-// checker spreads them, within an interval. The wait ends after the
-// targets' first probes could have ended (interval and timeout after the
-// targets came), or firstTargetsWait without targets.
-func (c *Coordinator) awaitChecked(ctx context.Context) {
-	timer := time.NewTimer(firstTargetsWait)
-	defer timer.Stop()
-	kicked := false
-	for {
-		c.mu.Lock()
-		set, pending := c.targetsSet, c.unchecked()
-		mode, probeNow := c.mode, c.probeNow
-		c.mu.Unlock()
-		if set && len(pending) == 0 {
-			return
-		}
-		if set && !kicked {
-			kicked = true
-			timer.Reset(c.b.interval + c.cfg.Timeout)
-			if mode == ModeCoordinated {
-				for _, k := range pending {
-					probeNow(k)
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-			return
-		case <-c.wake:
-		}
-	}
-}
-
-// unchecked returns the targets this instance probes and has not probed
-// yet. c.mu is held.
-func (c *Coordinator) unchecked() []string {
-	var out []string
-	for k, addr := range c.targets {
-		if _, ok := c.own[k]; !ok && c.probes(k, addr) {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // tend is one round of looking after membership and leases: heartbeat
 // (whose failures over two cycles mean local mode, see failed, and whose
-// success after it a return),
-// then take the leases that are ours by rendezvous and release the others.
+// success after it a return), then take the leases that are ours by
+// rendezvous and release the others.
 func (c *Coordinator) tend(ctx context.Context) {
 	start := time.Now()
-	m, err := c.leases.Heartbeat(ctx, c.b.memberTTL, c.b.memberAhead())
-	for _, err := range m.Refused {
-		c.rlog.Logf("member "+refusalKind(err), "a member of the fleet ignored: %v", err)
-	}
+	m, err := c.heartbeat(ctx)
 	if err != nil {
 		c.lost(ctx, start, err)
 		return
@@ -686,8 +634,8 @@ func (c *Coordinator) tend(ctx context.Context) {
 	p := c.round(m)
 	start = time.Now()
 
-	if p.resync {
-		c.sub.Resync()
+	if p.read {
+		c.signalRead()
 	}
 	if err := c.leases.ReleaseAll(ctx, p.release); err != nil {
 		c.lost(ctx, start, err)
@@ -731,12 +679,25 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 }
 
+// heartbeat renews this instance's membership and reads the fleet's (see
+// Leases.Heartbeat), logging what it refused.
+func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
+	m, err := c.leases.Heartbeat(ctx, c.b.memberTTL, c.b.memberAhead())
+	for _, err := range m.Refused {
+		c.rlog.Logf("member "+refusalKind(err), "a member of the fleet ignored: %v", err)
+	}
+	for _, err := range m.WatermarksRefused {
+		c.rlog.Logf("watermark "+refusalKind(err), "a member's watermark ignored: %v", err)
+	}
+	return m, err
+}
+
 // tendPlan is what a round of tend does once its heartbeat answered.
 type tendPlan struct {
 	take, release []string        // leases to take and to release
 	kick          []string        // targets to probe at once
 	tried         map[string]bool // keys whose take failed before (see TakeAll)
-	resync        bool            // read every status again
+	read          bool            // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
 }
 
@@ -770,26 +731,30 @@ type ownership struct {
 }
 
 // plan applies the membership a heartbeat read (a return to coordinated
-// mode, the live members, Redis's clock) and returns what the round does
-// next. next is the targets' owners for those members when they changed
-// (targets added since are added to it), nil when they did not. c.mu is
-// held.
+// mode, the live members and their watermarks, Redis's clock) and returns
+// what the round does next. next is the targets' owners for those members
+// when they changed (targets added since are added to it), nil when they
+// did not. c.mu is held.
 func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
 	var p tendPlan
 	c.failingSince, c.cause = time.Time{}, nil // Redis answers: a streak of failures ends
+	rejoin := false
 	if c.mode != ModeCoordinated {
-		c.mode = ModeCoordinated
-		if c.joinedAt != 0 || len(c.own) > 0 {
+		if c.mode == ModeLocal {
 			// A return: statuses stored before it may predate the
-			// outage. Trust them only once rewritten, which a resync
-			// after every holder has probed once will show.
+			// outage. Trust them only once rewritten, which a read of
+			// every status after every holder has probed once will
+			// show (see reads).
+			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
-			c.resyncAt = time.Now().Add(c.cfg.Interval + c.cfg.Timeout + c.b.cycle)
+			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
+			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
 			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
 		} else {
 			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
 		}
+		c.mode = ModeCoordinated
 		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
 		c.observeLeases()
 	}
@@ -814,6 +779,8 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.setOwners(next.owners)
 	}
 	c.offset = time.Until(m.Now)
+	p.read = c.noteMarks(m, rejoin || c.subscribed)
+	c.subscribed = false
 	// Targets no longer covered (their holder left, or the fleet gives
 	// them to another member): probe them now, not at their next tick.
 	for _, k := range before {
@@ -835,10 +802,6 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		if _, ok := c.targets[k]; !ok {
 			p.release = append(p.release, k)
 		}
-	}
-	p.resync = !c.resyncAt.IsZero() && !time.Now().Before(c.resyncAt)
-	if p.resync {
-		c.resyncAt = time.Time{}
 	}
 	p.probeNow = c.probeNow
 	p.tried = c.blockedSet()

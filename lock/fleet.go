@@ -31,8 +31,8 @@ type Fleet struct {
 	// Refused says why each member entry that did not pass was refused:
 	// no instance counts it.
 	Refused []string
-	// Cover is how old a status may be and still cover its key (see
-	// KeyState.Stale).
+	// Cover is how old a stored status may be and still cover its key:
+	// its holder rewrites it at every probe (see KeyState.Stale).
 	Cover time.Duration
 	// Keys holds, by key, the lease and status of every key asked for and
 	// of every key with a stored status.
@@ -65,8 +65,8 @@ type KeyState struct {
 	Err    error
 	// Stale, when not "", says why Status does not cover the key (its
 	// writer is not a live member or no longer holds the key, or it is
-	// older than Fleet.Cover): the instances do not answer from it, but
-	// probe the node themselves.
+	// older than Fleet.Cover): an instance reading it now would not
+	// answer from it, but probe the node itself.
 	Stale string
 }
 
@@ -121,7 +121,7 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, cfg Config, keys 
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{Keys: map[string]KeyState{}, Cover: b.cover()}
+	f := &Fleet{Keys: map[string]KeyState{}, Cover: b.storedAge()}
 	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	now, err := rdb.Time(cctx).Result()
 	cancel()
@@ -154,7 +154,7 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, cfg Config, keys 
 			ks.Status, ks.Err = cfg.VetStatus(s.Key, s.Version, s.Status, now)
 		}
 		if ks.Status != nil {
-			ks.Stale = b.stale(ks.Status.Holder, rank.owner(s.Key), s.Version, live, now.UnixMicro())
+			ks.Stale = b.stale(ks.Status.Holder, rank.owner(s.Key), s.Version, s.Version, live, now.UnixMicro(), b.storedAge())
 		}
 		f.Keys[s.Key] = ks
 	}

@@ -15,6 +15,15 @@ const (
 func leaseKey(prefix, key string) string  { return prefix + "{" + key + "}" + leaseSuffix }
 func statusKey(prefix, key string) string { return prefix + "{" + key + "}" + statusSuffix }
 
+// watermarksKey names the hash of the members' watermarks under prefix
+// (see Membership.Watermarks): under the prefix, and hash-tagged with the
+// members key's whole name (which has no tag: a prefix has no braces), so
+// that the heartbeat script, which touches both, works on Redis Cluster
+// too.
+func watermarksKey(prefix string) string {
+	return prefix + "{" + membersKey(prefix) + "}watermarks"
+}
+
 // channel is the Pub/Sub channel statuses under prefix are published on.
 func channel(prefix string) string { return prefix + channelName }
 

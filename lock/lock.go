@@ -1,9 +1,14 @@
 // Package lock coordinates a fleet of instances through Redis: leases per
 // key, taken with SET NX PX and a random token per instance and renewed and
 // released by compare-and-set scripts; status writes fenced by the lease and
-// published in the same script; and a subscriber that applies published
-// statuses in version order and resynchronises from the stored ones on every
-// (re)subscription and on a timer.
+// published in the same script, each publish numbered by its holder, whose
+// membership heartbeat stores the number of its last (its watermark); and a
+// subscriber that applies published statuses in version order and reads the
+// stored ones on every (re)subscription. A Coordinator reads a holder's
+// statuses again only when its watermark shows a publish not heard (a
+// gap), and every status only as a slow safety net: its Redis work at
+// steady state does not grow with the targets, the fleet's is its status
+// writes (one per target per interval) and a few calls per instance.
 //
 // Redis is not trusted: whoever can write to it may not hold the fleet's
 // redis_secret, and an accident may leave anything there. So everything
@@ -24,9 +29,18 @@
 //     versions moving (Lua's numbers are exact only below 2^53) nor make
 //     the real statuses look stale for more than a lease.
 //   - A status covers its key (the others do not probe it) only while its
-//     writer is the live member the fleet gives the key to and it was
-//     written within a resync, a lease and an interval.
-//   - A member entry is signed with the secret and keyed to the prefix; one
+//     writer is the live member the fleet gives the key to and no gap in
+//     its writer's publishes has gone unrepaired for longer than a
+//     handoff (an interval, a probe and a cycle); one read from the store counts only when written
+//     within an interval, a probe, a cycle and a Redis call (its holder
+//     rewrites it at every probe, so an older one is an old one stored
+//     again); a holder that finds its stored status written by someone
+//     else publishes its own again. A publish number or watermark counts
+//     only signed (with a secret), and one heard above its holder's
+//     watermark for longer than two cycles and two Redis calls is
+//     forgotten.
+//   - A member entry and its watermark are signed with the secret and
+//     keyed to the prefix; a member entry
 //     whose membership would last more than a member TTL and a lease is
 //     dropped by every heartbeat. A lease without a TTL or with one over two
 //     lease TTLs is void: the member the fleet gives the key to takes it
@@ -64,6 +78,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -87,6 +102,10 @@ type Leases struct {
 	token  string
 	secret []byte // signs this instance's member entry, checks the others'
 	lat    latency
+	// seq numbers this instance's publishes (the last number given);
+	// sent is the highest of them Redis confirmed published, its
+	// watermark, which each heartbeat stores.
+	seq, sent atomic.Uint64
 }
 
 // NewLeases returns the leases of a new instance on rdb, with key names

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,13 +66,57 @@ func memberToken(entry, prefix string, secret []byte) (string, error) {
 	return token, nil
 }
 
+// maxWatermark bounds a watermark entry: a number and its signature are
+// under 100 bytes.
+const maxWatermark = 128
+
+// watermarkEntry is what this instance stores as its watermark: sent, and
+// with a secret its HMAC over the token and sent, keyed to the prefix, so
+// that no watermark counts for a member unless that member wrote it.
+func (l *Leases) watermarkEntry(sent uint64) string {
+	w := strconv.FormatUint(sent, 10)
+	if len(l.secret) == 0 {
+		return w
+	}
+	return w + memberSep + hex.EncodeToString(mac(l.secret, "watermark "+l.prefix, []byte(l.token+" "+w)))
+}
+
+// watermarkOf returns the watermark of token read from Redis, or why it
+// does not count: too long, not a number, or, with a secret, without the
+// signature the secret makes for the token and the number.
+func watermarkOf(entry, token, prefix string, secret []byte) (uint64, error) {
+	if len(entry) > maxWatermark {
+		return 0, refuse(refusedLarge, "watermark of member %s of %d bytes, over %d", quoteRedis(token), len(entry), maxWatermark)
+	}
+	w, sig, signed := strings.Cut(entry, memberSep)
+	n, err := strconv.ParseUint(w, 10, 64)
+	if err != nil {
+		return 0, refuse(refusedMalformed, "watermark of member %s: %s", quoteRedis(token), quoteRedis(entry))
+	}
+	if len(secret) == 0 {
+		return n, nil
+	}
+	if !signed {
+		return 0, refuse(refusedUnsigned, "watermark of member %s has no signature, and redis_secret is set", quoteRedis(token))
+	}
+	if !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(mac(secret, "watermark "+prefix, []byte(token+" "+w))))) {
+		return 0, refuse(refusedSignature, "watermark of member %s is not signed with the secret", quoteRedis(token))
+	}
+	return n, nil
+}
+
 // heartbeatScript renews the caller's membership for ARGV[2] ms, drops the
 // lapsed members and those whose membership would last more than ARGV[3]
 // ms from now (no instance writes that: a member TTL is below a lease, so
-// such a score is anyone's write, and would count for good), and returns
-// Redis's time in µs (exact in Lua's numbers until the year 2255) and at
-// most ARGV[4] members. A members key of another type is anyone's write:
-// it is dropped rather than making every heartbeat fail.
+// such a score is anyone's write, and would count for good), stores the
+// caller's watermark ARGV[5] in the hash KEYS[2] and drops the others of
+// members no longer live, and returns Redis's time in µs (exact in Lua's
+// numbers until the year 2255), at most ARGV[4] members and their
+// watermarks (false where a member stored none). A members key or
+// watermarks key of another type is anyone's write: it is dropped rather
+// than making every heartbeat fail, and so is a watermarks hash grown past
+// twice the members any heartbeat reads (anyone's fields), which every
+// member writes again at its next heartbeat.
 var heartbeatScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -82,7 +127,25 @@ if type(redis.pcall('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])) == 'tabl
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + tonumber(ARGV[3])), '+inf')
-return {tonumber(t[1]) * 1000000 + tonumber(t[2]), redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)}
+local live = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
+if type(redis.pcall('HSET', KEYS[2], ARGV[1], ARGV[5])) == 'table' then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
+end
+local n = redis.call('HLEN', KEYS[2])
+if n > 2 * tonumber(ARGV[4]) then
+  redis.call('DEL', KEYS[2])
+  redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
+elseif n > #live then
+  local keep = {}
+  for _, m in ipairs(live) do keep[m] = true end
+  for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
+    if not keep[f] then redis.call('HDEL', KEYS[2], f) end
+  end
+end
+local marks = {}
+if #live > 0 then marks = redis.call('HMGET', KEYS[2], unpack(live)) end
+return {tonumber(t[1]) * 1000000 + tonumber(t[2]), live, marks}
 `)
 
 // Membership is what a heartbeat read of the fleet.
@@ -92,34 +155,43 @@ type Membership struct {
 	Members []string
 	// Refused holds why each entry that did not pass was refused.
 	Refused []error
+	// Watermarks holds, for the live members that store one (those that
+	// number their publishes) and whose entry passed vetting, the number
+	// of their last publish Redis confirmed (see Coordinator).
+	Watermarks map[string]uint64
+	// WatermarksRefused holds why each watermark that did not pass was
+	// refused: its member counts as one that stores none.
+	WatermarksRefused []error
 	// Now is Redis's clock.
 	Now time.Time
 }
 
-// Heartbeat renews this instance's membership for ttl, drops the entries
-// that would last more than ahead, and returns the live members and
-// Redis's clock.
+// Heartbeat renews this instance's membership for ttl and stores its
+// watermark (the number of its last publish Redis confirmed), drops the
+// entries that would last more than ahead, and returns the live members,
+// their watermarks and Redis's clock.
 func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membership, error) {
 	if err := checkTTL(ttl); err != nil {
 		return Membership{}, err
 	}
 	ctx, done := l.call(ctx)
 	defer done()
-	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
-		max(ahead, ttl).Milliseconds(), maxMembers).Slice()
+	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix), watermarksKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
+		max(ahead, ttl).Milliseconds(), maxMembers, l.watermarkEntry(l.sent.Load())).Slice()
 	if err != nil {
 		return Membership{}, fmt.Errorf("lock: heartbeat: %w", err)
 	}
-	if len(res) != 2 {
+	if len(res) != 3 {
 		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
 	}
 	us, ok := res[0].(int64)
 	if !ok {
 		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
 	}
-	m := Membership{Now: time.UnixMicro(us)}
+	m := Membership{Now: time.UnixMicro(us), Watermarks: map[string]uint64{}}
 	list, _ := res[1].([]any)
-	for _, e := range list {
+	marks, _ := res[2].([]any)
+	for i, e := range list {
 		s, _ := e.(string)
 		tok, err := memberToken(s, l.prefix, l.secret)
 		if err != nil {
@@ -127,17 +199,36 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 			continue
 		}
 		m.Members = append(m.Members, tok)
+		if i >= len(marks) {
+			continue
+		}
+		if w, ok := marks[i].(string); ok {
+			n, err := watermarkOf(w, tok, l.prefix, l.secret)
+			if err != nil {
+				m.WatermarksRefused = append(m.WatermarksRefused, err)
+				continue
+			}
+			m.Watermarks[tok] = max(m.Watermarks[tok], n)
+		}
 	}
 	slices.Sort(m.Members)
 	m.Members = slices.Compact(m.Members)
 	return m, nil
 }
 
-// Leave ends this instance's membership at once.
+// Leave ends this instance's membership at once, and drops its watermark.
 func (l *Leases) Leave(ctx context.Context) error {
 	ctx, done := l.call(ctx)
 	defer done()
-	if err := l.rdb.ZRem(ctx, membersKey(l.prefix), l.memberEntry()).Err(); err != nil {
+	entry := l.memberEntry()
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, membersKey(l.prefix), entry)
+		p.HDel(ctx, watermarksKey(l.prefix), entry)
+		return nil
+	})
+	// A key of another type (anyone's write) answers with an error: the
+	// next heartbeat of another member replaces it.
+	if err != nil && !replyError(err) {
 		return fmt.Errorf("lock: leave: %w", err)
 	}
 	return nil

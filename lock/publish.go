@@ -37,16 +37,23 @@ import (
 // that is not a string, a status that is not a hash) is anyone's write,
 // and is treated as absent too, so that it cannot make the script fail.
 //
+// A writer that rewrites its status without publishing it (nothing
+// changed) names the version it last stored (ARGV[10]): a stored version
+// that is not it means someone else wrote or deleted the status, and
+// whoever read theirs must hear the writer's, so it is published after
+// all.
+//
 // KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
 // key, ARGV[4] status, ARGV[5] lease TTL in ms (0: leave it), ARGV[6] "1"
 // to publish, ARGV[7] the status's TTL in ms (0: none), ARGV[8] the
-// proposed version (0: choose), ARGV[9] ahead in µs. Returns {1, version}
-// when written, {0, version to propose} when the proposal is refused, {-1,
-// 0} when the lease is not the caller's.
+// proposed version (0: choose), ARGV[9] ahead in µs, ARGV[10] the version
+// the writer last stored (0: unknown). Returns {1, version, 1 when
+// published} when written, {0, version to propose, 0} when the proposal
+// is refused, {-1, 0, 0} when the lease is not the caller's.
 var writeScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 if redis.pcall('GET', KEYS[1]) ~= ARGV[1] then
-  return {-1, 0}
+  return {-1, 0, 0}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -64,16 +71,20 @@ local v = tonumber(ARGV[8])
 if v == 0 then
   v = next
 elseif not (v > (old or 0) and v <= limit) then
-  return {0, next}
+  return {0, next, 0}
 end
+local pub = ARGV[6] == '1'
+local expect = tonumber(ARGV[10])
+if expect ~= 0 and old ~= expect then pub = true end
 local vs = string.format('%.0f', v)
 redis.call('HSET', KEYS[2], 'v', vs, 's', ARGV[4])
 if ARGV[7] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
 if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
-if ARGV[6] == '1' then
+if pub then
   redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
+  return {1, v, 1}
 end
-return {1, v}
+return {1, v, 0}
 `)
 
 // Publish stores status for key with the next version and publishes it, in
@@ -93,6 +104,11 @@ type WriteOptions struct {
 	// clock is treated as absent, and none is written past it. 0 is
 	// defaultAhead.
 	Ahead time.Duration
+	// Expect, when > 0, is the version this writer last stored: when the
+	// stored one is another (someone else wrote or deleted the status),
+	// the status is published even without Publish, so that whoever read
+	// the other hears this writer's.
+	Expect int64
 }
 
 // defaultAhead is WriteOptions.Ahead's default: a lease's at the least.
@@ -115,6 +131,21 @@ func (l *Leases) Write(ctx context.Context, key string, status []byte, o WriteOp
 // then the version Redis proposes instead. propose 0 lets Redis choose.
 // It returns the version written.
 func (l *Leases) WriteVersioned(ctx context.Context, key string, propose int64, body func(version int64) []byte, o WriteOptions) (version int64, ok bool, err error) {
+	w, err := l.writeVersioned(ctx, key, propose, body, o)
+	return w.version, w.ok, err
+}
+
+// written is what a status write did: stored (ok) with version, and
+// published or not.
+type written struct {
+	version   int64
+	ok        bool
+	published bool
+}
+
+// writeVersioned is WriteVersioned, saying whether the status was
+// published (asked, or because the stored version was not o.Expect).
+func (l *Leases) writeVersioned(ctx context.Context, key string, propose int64, body func(version int64) []byte, o WriteOptions) (written, error) {
 	ctx, done := l.call(ctx)
 	defer done()
 	pub := "0"
@@ -130,22 +161,35 @@ func (l *Leases) WriteVersioned(ctx context.Context, key string, propose int64, 
 		res, err := writeScript.Run(ctx, l.rdb,
 			[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
 			l.token, channel(l.prefix), key, body(v), o.LeaseTTL.Milliseconds(), pub, o.StatusTTL.Milliseconds(),
-			v, ahead.Microseconds()).Int64Slice()
+			v, ahead.Microseconds(), max(o.Expect, 0)).Int64Slice()
 		if err != nil {
-			return 0, false, fmt.Errorf("lock: write status of %q: %w", key, err)
+			return written{}, fmt.Errorf("lock: write status of %q: %w", key, err)
 		}
-		if len(res) != 2 {
-			return 0, false, fmt.Errorf("lock: write status of %q: unexpected reply %v", key, res)
+		if len(res) != 3 {
+			return written{}, fmt.Errorf("lock: write status of %q: unexpected reply %v", key, res)
 		}
 		switch res[0] {
 		case 1:
-			return res[1], true, nil
+			return written{version: res[1], ok: true, published: res[2] == 1}, nil
 		case -1:
-			return 0, false, nil
+			return written{}, nil
 		}
 		v = res[1]
 	}
-	return 0, false, fmt.Errorf("%w: status of %q, last proposed version %d", errContended, key, v)
+	return written{}, fmt.Errorf("%w: status of %q, last proposed version %d", errContended, key, v)
+}
+
+// confirm counts seq, a number this instance gave a publish, as one Redis
+// confirmed published: the watermark its next heartbeat stores is the
+// highest such number. A publish whose write failed or whose reply was
+// lost is not counted: the watermark never names a number nobody heard.
+func (l *Leases) confirm(seq uint64) {
+	for {
+		s := l.sent.Load()
+		if seq <= s || l.sent.CompareAndSwap(s, seq) {
+			return
+		}
+	}
 }
 
 // errContended: each version proposed was refused, because the stored

@@ -36,8 +36,13 @@ type status struct {
 	Cause  string         `json:"cause,omitempty"`
 	Detail string         `json:"detail,omitempty"`
 	Last   int64          `json:"last,omitempty"` // the probe's time, Unix µs
-	OK     int            `json:"ok"`
-	Fail   int            `json:"fail"`
+	// Seq numbers a published status among its holder's publishes (0: a
+	// status rewritten without a publish, or by an instance that numbers
+	// none): inside the signature, so that nobody without the secret can
+	// make a reader believe it has heard what its holder published.
+	Seq  uint64 `json:"seq,omitempty"`
+	OK   int    `json:"ok"`
+	Fail int    `json:"fail"`
 }
 
 func newStatus(addr netip.AddrPort, holder string, at time.Time, p health.Progress) status {

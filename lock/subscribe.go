@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -23,7 +25,7 @@ const scanCount = 256
 type Subscriber struct {
 	rdb    redis.UniversalClient
 	prefix string
-	resync time.Duration
+	resync time.Duration // 0: no resync on a timer (a Coordinator reads again by its own rules)
 	// OnError, when set, is told of each failed resync and deaf
 	// subscription; the subscriber carries on regardless.
 	OnError func(error)
@@ -51,12 +53,26 @@ type Subscriber struct {
 	// OnStale, when set, is told of each published message dropped because
 	// its version is not above the key's last one.
 	OnStale func(key string)
-	// OnResync, when set, is told of each resync, with how many statuses
-	// it read and its error (nil when complete).
+	// OnResync, when set, is told of each resync once what it read was
+	// offered, with how many statuses it read and its error (nil when
+	// complete).
 	OnResync func(n int, err error)
+	// BeforeResync, when set, is asked before each resync whether to do
+	// it: false skips it (a receiver that has a read of its own planned,
+	// as a Coordinator back from an outage). It may note what it knows
+	// then: what the resync reads is at least as new.
+	BeforeResync func() bool
+	// Heard, when set, hears every published message dropped because its
+	// version is not above the key's last one: a receiver that counts
+	// what it heard from whom (a holder's numbered publishes) hears the
+	// others through Accept.
+	Heard func(key string, version int64, status []byte)
 
 	now  chan struct{}    // capacity 1: Resync asks for a resync
 	last map[string]int64 // highest version applied per key; Subscribe's goroutine only
+	// caughtUp is when (Unix ns, our clock) the last marker whose echo
+	// came back was published (see CaughtUp).
+	caughtUp atomic.Int64
 }
 
 // NewSubscriber returns a subscriber to the statuses under prefix on rdb,
@@ -82,10 +98,14 @@ func (s *Subscriber) Resync() {
 // echoEvery is how often a subscription checks that it still hears what
 // is published: it publishes a marker on a channel of its own and expects
 // it back; deafChecks checks in a row with the marker out and nothing
-// heard mean the subscription is deaf.
+// heard mean the subscription is deaf. Two seconds: a marker queued
+// behind large messages (anyone can publish a few of 5 MB) arrives only
+// once they are read, which under load takes more than a second, and
+// subscribing again would drop them and whatever follows. (The reads of
+// every status on a timer used to hold the checks back as well.)
 const (
 	echoEvery  = 500 * time.Millisecond
-	deafChecks = 2
+	deafChecks = 4
 )
 
 // Subscribe applies statuses until ctx is done, then returns ctx's error.
@@ -108,12 +128,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, versi
 	if err != nil {
 		return err
 	}
-	tick := time.NewTicker(s.resync)
-	defer tick.Stop()
+	var tick <-chan time.Time
+	if s.resync > 0 {
+		t := time.NewTicker(s.resync)
+		defer t.Stop()
+		tick = t.C
+	}
 	check := time.NewTicker(echoEvery)
 	defer check.Stop()
 	for {
-		if err := s.subscribeOnce(ctx, echo, tick.C, check.C, apply); err != nil {
+		if err := s.subscribeOnce(ctx, echo, tick, check.C, apply); err != nil {
 			return err
 		}
 	}
@@ -129,9 +153,10 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		redis.WithChannelPingTimeout(CallTimeout),
 		redis.WithChannelReconnectTimeout(CallTimeout),
 	)
-	pending := false // a marker is out and has not come back
-	heard := false   // a message came since the last check
-	silent := 0      // checks in a row with a marker out, nothing heard and nothing waiting
+	pending := false       // a marker is out and has not come back
+	var markedAt time.Time // when it was published
+	heard := false         // a message came since the last check
+	silent := 0            // checks in a row with a marker out, nothing heard and nothing waiting
 	for {
 		select {
 		case <-ctx.Done():
@@ -164,6 +189,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			// A marker that cannot be published says nothing of the
 			// subscription: Redis is away, and the subscription
 			// reconnects by itself.
+			markedAt = time.Now()
 			pending = s.rdb.Publish(cctx, echo, "echo").Err() == nil
 			cancel()
 		case m, ok := <-msgs:
@@ -180,6 +206,9 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			case *redis.Message:
 				heard = true
 				if m.Channel == echo {
+					if pending {
+						s.caughtUp.Store(markedAt.UnixNano())
+					}
 					pending = false
 					continue
 				}
@@ -189,6 +218,9 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 					continue
 				}
 				if v <= s.lastOf(key) {
+					if s.Heard != nil {
+						s.Heard(key, v, status)
+					}
 					if s.OnStale != nil {
 						s.OnStale(key)
 					}
@@ -202,6 +234,18 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			}
 		}
 	}
+}
+
+// CaughtUp returns when the last marker whose echo came back was
+// published (zero before any): every message published before then has
+// been offered (or was lost), since Redis delivers a subscription's
+// messages in the order it ran their PUBLISH commands. A message not seen
+// by then is not merely late.
+func (s *Subscriber) CaughtUp() time.Time {
+	if ns := s.caughtUp.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // echoChannel is a channel of this subscriber's own under prefix, for its
@@ -264,12 +308,12 @@ type Stored struct {
 // resyncAll reads every stored status and offers it. What was read is
 // offered even when the read did not complete: versions keep it safe.
 func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []byte)) {
+	if s.BeforeResync != nil && !s.BeforeResync() {
+		return
+	}
 	all, err := s.ReadAll(ctx)
 	if err != nil {
 		s.fail(err)
-	}
-	if s.OnResync != nil {
-		s.OnResync(len(all), err)
 	}
 	for _, st := range all {
 		if st.Err != nil {
@@ -277,6 +321,9 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 			continue
 		}
 		s.offer(st.Key, st.Version, st.Status, apply)
+	}
+	if s.OnResync != nil {
+		s.OnResync(len(all), err)
 	}
 }
 
@@ -291,6 +338,21 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 		mu  sync.Mutex // ForEachMaster reads the masters concurrently
 		all []Stored
 	)
+	err := s.scan(ctx, 0, func(got []Stored) {
+		mu.Lock()
+		defer mu.Unlock()
+		all = append(all, got...)
+	})
+	return all, err
+}
+
+// scan reads every status stored under the prefix a SCAN step at a time,
+// each step bounded by CallTimeout and handed to page as it is read (from
+// a goroutine per master on Redis Cluster, concurrently), with pause
+// between steps: a read paced so that it does not take Redis from the
+// fleet's other calls. On error it returns after the pages read before
+// it.
+func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]Stored)) error {
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
@@ -299,9 +361,7 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 			if err == nil {
 				var got []Stored
 				got, err = readStatuses(cctx, c, s.prefix, names)
-				mu.Lock()
-				all = append(all, got...)
-				mu.Unlock()
+				page(got)
 			}
 			cancel()
 			if err != nil {
@@ -311,6 +371,11 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 				return nil
 			}
 			cursor = next
+			if pause > 0 {
+				if err := sleep(ctx, pause); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	var err error
@@ -320,9 +385,41 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 		err = read(ctx, s.rdb)
 	}
 	if err != nil {
-		return all, fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
+		return fmt.Errorf("lock: resync of the statuses under %q: %w", s.prefix, err)
 	}
-	return all, nil
+	return nil
+}
+
+// readKeys reads the stored statuses of keys, scanCount at a time, each
+// step bounded by CallTimeout and handed to page as it is read. On error
+// it returns after the pages read before it.
+func (s *Subscriber) readKeys(ctx context.Context, keys []string, page func([]Stored)) error {
+	for chunk := range slices.Chunk(keys, scanCount) {
+		names := make([]string, len(chunk))
+		for i, k := range chunk {
+			names[i] = statusKey(s.prefix, k)
+		}
+		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		got, err := readStatuses(cctx, s.rdb, s.prefix, names)
+		cancel()
+		page(got)
+		if err != nil {
+			return fmt.Errorf("lock: read %d statuses under %q: %w", len(keys), s.prefix, err)
+		}
+	}
+	return nil
+}
+
+// sleep waits for d, or returns ctx's error when it ends first.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // readScript reads a status key's version and status, the status only

@@ -1,0 +1,166 @@
+package lock
+
+import (
+	"context"
+	"time"
+)
+
+// readJob is a read of stored statuses the rules call for (see reads).
+type readJob struct {
+	all   bool              // every stored status, paced
+	after bool              // the read after a return
+	keys  []string          // else these targets'
+	marks map[string]uint64 // the holders read past, and the watermark each reaches
+	at    int64             // Redis's clock at its start, µs
+}
+
+// reads reads stored statuses again when the rules call for it, until ctx
+// is done, one read at a time:
+//
+//   - the statuses of a holder with a gap (see feed), at once: the keys
+//     the fleet gives it among the targets, a round trip per 256;
+//   - those of a holder that numbers nothing, every legacyResync, as
+//     every instance once read every status;
+//   - every stored status once the holders have rewritten theirs after a
+//     return (see plan), and every Resync as a safety net (see
+//     bounds.safetyEvery), each paced over about a cycle, so that a fleet
+//     reading together does not take Redis from its other calls.
+//
+// A read that fails is tried again a cycle later.
+func (c *Coordinator) reads(ctx context.Context) {
+	t := time.NewTicker(c.b.cycle)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-c.readWake:
+		}
+		if j, ok := c.nextRead(); ok {
+			c.read(ctx, j)
+		}
+	}
+}
+
+// signalRead tells reads there may be something to read.
+func (c *Coordinator) signalRead() {
+	select {
+	case c.readWake <- struct{}{}:
+	default:
+	}
+}
+
+// nextRead returns the read the rules call for now, if any (see reads).
+func (c *Coordinator) nextRead() (readJob, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mode != ModeCoordinated {
+		return readJob{}, false
+	}
+	now := time.Now()
+	j := readJob{at: c.now(), marks: map[string]uint64{}}
+	switch {
+	case !c.resyncAt.IsZero() && !now.Before(c.resyncAt):
+		c.resyncAt = time.Time{}
+		j.all, j.after = true, true
+	case !c.safetyAt.IsZero() && !now.Before(c.safetyAt):
+		c.safetyAt = now.Add(c.b.safetyEvery(len(c.memberList)))
+		j.all = true
+	}
+	if j.all {
+		j.marks = c.marks()
+		for _, f := range c.feeds {
+			f.readAt = now
+		}
+		return j, true
+	}
+	holders := map[string]bool{}
+	for tok, f := range c.feeds {
+		switch {
+		case !c.members[tok]:
+		case f.pending != 0:
+			holders[tok] = true
+			j.marks[tok] = f.pending
+			if len(f.due) > 0 {
+				j.marks[tok] = max(f.pending, f.due[len(f.due)-1].mark)
+			}
+		case !f.numbers && now.Sub(f.readAt) >= legacyResync:
+			holders[tok] = true
+			f.readAt = now
+		}
+	}
+	if len(holders) == 0 {
+		return readJob{}, false
+	}
+	if len(c.targets) == 0 {
+		j.all = true // a cold start keeps every status it may answer from
+		return j, true
+	}
+	for k := range c.targets {
+		if holders[c.owners[k]] {
+			j.keys = append(j.keys, k)
+		}
+	}
+	return j, true
+}
+
+// read does j, applying what it reads as the subscription's reads are
+// applied, and notes how far it read past each holder's watermark.
+func (c *Coordinator) read(ctx context.Context, j readJob) {
+	apply := func(got []Stored) {
+		for _, s := range got {
+			if s.Err != nil {
+				c.rejected(s.Key, s.Err)
+				continue
+			}
+			c.applyRemote(s.Key, s.Version, s.Status, false)
+		}
+	}
+	var err error
+	if j.all {
+		err = c.sub.scan(ctx, c.pace(), apply)
+		c.observe(func(o Observer) { o.Resync(err) })
+	} else {
+		if len(j.marks) > 0 {
+			c.gapReads.Add(1)
+		}
+		err = c.sub.readKeys(ctx, j.keys, apply)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			c.rlog.Logf("read", "%v (again in %v)", err, c.b.interval)
+			c.retry(j)
+		}
+		return
+	}
+	c.readPast(j.marks, j.at)
+}
+
+// retry plans a full read j that failed again an interval later: a read
+// of every status fails on a loaded Redis or machine, and trying it again
+// at once would load both further. (A gap's read is tried again at the
+// next tick: the gap stays pending, and its statuses cover their targets
+// for a handoff at most.)
+func (c *Coordinator) retry(j readJob) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	again := time.Now().Add(c.b.interval)
+	switch {
+	case j.after:
+		c.resyncAt = again
+	case j.all:
+		c.safetyAt = again
+	}
+}
+
+// pace is the pause between the steps of a read of every stored status,
+// so that it spreads over about a cycle: a SCAN step reads up to
+// scanCount keys, a target has two (its lease and its status).
+func (c *Coordinator) pace() time.Duration {
+	c.mu.Lock()
+	n := len(c.targets)
+	c.mu.Unlock()
+	steps := max(2*n/scanCount, 1)
+	return min(c.b.cycle/time.Duration(steps), c.b.cycle/4)
+}
