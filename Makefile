@@ -1,6 +1,6 @@
 # pgcluster's commands. See README.md.
 #
-#   make build   bin/coredns, bin/pgclusterctl (and bin/pgdiscover once cmd/pgdiscover exists)
+#   make build   bin/coredns, bin/pgclusterctl, bin/pgdiscover
 #   make test    install what is missing, then vet, gofmt, every test, and
 #                TEST_FUZZTIME (3s) of each fuzz target
 #   make run     install what is missing, build, start the local demo
@@ -82,19 +82,25 @@ run: setup
 	$(GO) build -o bin/demo ./internal/cmd/demo
 	./bin/demo -coredns bin/coredns $(RUN_ARGS)
 
-# The Go benchmarks, then test/'s end-to-end ones, each run once: the
-# fleet (issue 8), the registry at scale (issue 9, under 10 minutes) and the
-# QPS of a signed zone against an unsigned one (issue 14, 30 s).
+# The Go benchmarks, then test/'s end-to-end ones and lock/'s scale ones,
+# each run once, with a timeout fit for each: the fleet and the relay, the
+# registry at scale (under 10 minutes), the QPS of a signed zone against an
+# unsigned one (30 s), switchovers, 40 real instances over 1,000 backends,
+# and many coordinators in one process against one Redis, steady and with
+# Redis stalled (SCALE_SIZES and SCALE_STALLS: see lock/scale_bench_test.go).
+# Each -bench pattern names its benchmarks whole: "Fleet" alone would also
+# run BenchmarkFleetScale, under go test's default 10-minute timeout.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v '/test$$')
-	$(GO) test -run '^$$' -bench Fleet -benchtime 1x ./test/
-	$(GO) test -run '^$$' -bench RegistryScale -benchtime 1x -timeout 30m ./test/
-	$(GO) test -run '^$$' -bench DNSSEC -benchtime 1x ./test/
-	$(GO) test -run '^$$' -bench Switchover -benchtime 1x -timeout 30m ./test/
-	$(GO) test -run '^$$' -bench FleetScale -benchtime 1x -timeout 30m ./test/
-	$(GO) test -run '^$$' -bench Scale -benchtime 1x -timeout 60m ./lock/
+	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e '/test$$' -e '/lock$$')
+	$(GO) test -run '^$$' -bench '^BenchmarkTend$$' -benchmem ./lock/
+	$(GO) test -run '^$$' -bench '^Benchmark(Fleet|FleetRelay)$$' -benchtime 1x ./test/
+	$(GO) test -run '^$$' -bench '^BenchmarkRegistryScale$$' -benchtime 1x -timeout 30m ./test/
+	$(GO) test -run '^$$' -bench '^BenchmarkDNSSEC$$' -benchtime 1x ./test/
+	$(GO) test -run '^$$' -bench '^BenchmarkSwitchover$$' -benchtime 1x -timeout 30m ./test/
+	$(GO) test -run '^$$' -bench '^BenchmarkFleetScale$$' -benchtime 1x -timeout 30m ./test/
+	$(GO) test -run '^$$' -bench '^BenchmarkScale(Stall)?$$' -benchtime 1x -timeout 60m ./lock/
 
-# The chaos run (issue 10): TestChaos for CHAOS_DURATION, its report on
+# The chaos run: TestChaos for CHAOS_DURATION, its report on
 # stdout; it fails past its limits (any SERVFAIL or wrong answer, timeouts
 # at 0.01% of queries or more). make test runs it for 20s, with check tcp.
 # make chaos CHAOS_CHECK=postgres runs it with check postgres and its role
