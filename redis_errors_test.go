@@ -1,12 +1,12 @@
 package pgcluster
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/pgcluster/pgcluster/internal/logtest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 	"github.com/pgcluster/pgcluster/internal/tlstest"
@@ -14,21 +14,15 @@ import (
 
 // loggedLine waits until the log has a line with every one of parts, and
 // returns it.
-func loggedLine(t *testing.T, log fmt.Stringer, parts ...string) string {
+func loggedLine(t *testing.T, log *logtest.Buffer, parts ...string) string {
 	t.Helper()
 	var line string
 	err := pgtest.WaitFor(15*time.Second, func() error {
-		for l := range strings.SplitSeq(log.String(), "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(l, p)
-			}
-			if ok {
-				line = l
-				return nil
-			}
+		var ok bool
+		if line, ok = log.Line(parts...); !ok {
+			return fmt.Errorf("no log line with all of %q", parts)
 		}
-		return fmt.Errorf("no log line with all of %q", parts)
+		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -87,13 +81,7 @@ func TestRelayRedisErrorLogs(t *testing.T) {
 	stopped.Stop()
 	set := &settings{zones: []string{testZone}, dsn: pg.DSN(""), ttl: 5, refresh: time.Hour,
 		redisURL: stopped.URL(), redisPrefix: "errors:"}
-	r, err := newRelay(set, &publisher{p: &PgCluster{Zones: set.zones, ttl: set.ttl}, set: set}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go r.run(ctx)
-	t.Cleanup(func() { cancel(); <-r.done })
+	startRelay(t, set)
 	line := loggedLine(t, log, "Registry relay: connection refused at "+stopped.Addr()+": no Redis listens there", "following PostgreSQL here")
 	t.Logf("relay, Redis stopped: %s", line)
 }

@@ -20,17 +20,11 @@ func logged(t *testing.T, buf *logtest.Buffer, parts ...string) string {
 	t.Helper()
 	var line string
 	Eventually(t, 20*time.Second, func() error {
-		for l := range strings.SplitSeq(buf.String(), "\n") {
-			ok := true
-			for _, p := range parts {
-				ok = ok && strings.Contains(l, p)
-			}
-			if ok {
-				line = l
-				return nil
-			}
+		var ok bool
+		if line, ok = buf.Line(parts...); !ok {
+			return fmt.Errorf("no log line with all of %q", parts)
 		}
-		return fmt.Errorf("no log line with all of %q", parts)
+		return nil
 	})
 	return line
 }

@@ -28,6 +28,21 @@ func (l *Buffer) String() string {
 	return l.b.String()
 }
 
+// Line returns the first line logged so far that holds every one of
+// parts, and whether there is one.
+func (l *Buffer) Line(parts ...string) (string, bool) {
+	for line := range strings.SplitSeq(l.String(), "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(line, p)
+		}
+		if ok {
+			return line, true
+		}
+	}
+	return "", false
+}
+
 // one capture at a time: the log's output is process-wide.
 var mu sync.Mutex
 
