@@ -209,7 +209,7 @@ func (w *copyWriter) WriteMsg(m *dns.Msg) error {
 // TTLs. Run with -race: queries run concurrently.
 func TestAnswerLeavesSnapshotAlone(t *testing.T) {
 	p := bigPlugin()
-	before := fingerprint(p.snap.Load())
+	before := fingerprint(p.snapshot())
 	var queries []ask
 	for _, name := range []string{"_postgresql._tcp.c30.pgcluster.lan.", "_postgresql._tcp.c200.pgcluster.lan.",
 		"_postgresql._tcp.big.pgcluster.lan.", "c200.pgcluster.lan.", "big.pgcluster.lan.", "n3xxx.c30.pgcluster.lan.",
@@ -229,7 +229,7 @@ func TestAnswerLeavesSnapshotAlone(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if after := fingerprint(p.snap.Load()); after != before {
+	if after := fingerprint(p.snapshot()); after != before {
 		t.Fatalf("the writers changed the snapshot:\n%s", firstDiff(before, after))
 	}
 	// And the answer is still right: every SRV target once, with its glue.
@@ -295,7 +295,7 @@ func checkGlue(m *dns.Msg) error {
 // much fewer; TC is set over UDP when records were left out, never over TCP.
 func TestAnswerFitsBuffer(t *testing.T) {
 	p := bigPlugin()
-	snap := p.snap.Load()
+	snap := p.snapshot()
 	for _, name := range []string{"c3", "c30", "c200", "c10000", "C200", "big", "primary.big", "standby.c10000", "n3xxx.c30",
 		"deep-chain-alias-01", "primary.deep-chain-alias-01", "DEEP-chain-alias-02"} {
 		for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV} {
@@ -401,7 +401,7 @@ func TestAnswerRotation(t *testing.T) {
 		{"c10000.pgcluster.lan.", dns.TypeA, 1232, false},
 		{"big.pgcluster.lan.", dns.TypeAAAA, 0, true},
 	} {
-		_, _, total := lookup(p.snap.Load(), q)
+		_, _, total := lookup(p.snapshot(), q)
 		first := map[string]bool{}
 		for range total {
 			_, got := serve(t, p, q, false)
@@ -472,7 +472,7 @@ func TestAnswerSharesRecordsOnlyWithReaders(t *testing.T) {
 			if _, err := p.ServeDNS(context.Background(), tc.chain(r, client), r); err != nil {
 				t.Fatalf("%s, %s: %v", tc.name, q, err)
 			}
-			e, _, _ := lookup(p.snap.Load(), q)
+			e, _, _ := lookup(p.snapshot(), q)
 			own := e.records(p.ttl)
 			n := 0
 			for _, rr := range client.Msg.Answer {

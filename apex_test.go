@@ -115,7 +115,7 @@ func apexPlugin(t *testing.T, aliases []Alias, nodes []Node, lines ...string) (*
 	p := &PgCluster{Zones: set.zones, ttl: set.ttl, Next: test.ErrorHandler()}
 	s := build(buildInput{settings: set, nodes: nodes, aliases: aliases})
 	s.setSerial(1234, set.ttl)
-	p.snap.Store(s)
+	p.pb = publisherOf(s)
 	return p, s
 }
 
@@ -199,9 +199,9 @@ func TestApexNameServers(t *testing.T) {
 
 	// An alias change resolves the aliases again: the name servers' names
 	// stay.
-	n := s.next(change{aliases: append(aliases, Alias{"ns1", "local"}), aliasesSet: true})
+	n := s.next(change{rowsUpdate: rowsUpdate{aliases: append(aliases, Alias{"ns1", "local"}), aliasesSet: true}})
 	n.setSerial(1235, 5)
-	p.snap.Store(n)
+	p.pb = publisherOf(n)
 	runCases(t, p, []test.Case{
 		{Qname: "ns1.pgcluster.lan.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("ns1.pgcluster.lan. 5 IN A 192.0.2.53")}},
 		{Qname: "a.ns2.pgcluster.lan.", Qtype: dns.TypeA, Answer: []dns.RR{test.A("a.ns2.pgcluster.lan. 5 IN A 192.0.2.54")}},

@@ -119,8 +119,7 @@ func BenchmarkServeDNS(b *testing.B) {
 func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{3, 200} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			p := &PgCluster{}
-			pb := &publisher{p: p, set: &settings{zones: []string{testZone}, ttl: 5}}
+			pb := newPublisher(&settings{zones: []string{testZone}, ttl: 5}, nil, false)
 			nodes := benchNodes(n)
 			b.ReportAllocs()
 			for b.Loop() {
@@ -181,14 +180,14 @@ func BenchmarkChangeScale(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				rows = slices.Clone(rows)
 				rows[0].Role, rows[1].Role = rows[1].Role, rows[0].Role
-				s = s.next(change{nodes: map[string][]Node{"c0": rows}})
+				s = s.next(change{rowsUpdate: rowsUpdate{nodes: map[string][]Node{"c0": rows}}})
 			}
 		})
 		b.Run(fmt.Sprintf("alias/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
 				as := append(slices.Clone(aliases), Alias{"new", fmt.Sprintf("c%d", i%sc.clusters)})
-				s = s.next(change{aliases: as, aliasesSet: true})
+				s = s.next(change{rowsUpdate: rowsUpdate{aliases: as, aliasesSet: true}})
 			}
 		})
 	}

@@ -6,23 +6,32 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/rediserr"
 	"github.com/pgcluster/pgcluster/lock"
 )
 
-// startChecks starts the active health checks of cfg, feeding pb: the
-// publisher hands it the nodes to check after each build, the checker hands
-// back its verdicts. With redis, a lock.Coordinator shares the checks with
-// the fleet: it tells the checker which nodes to probe, and its View (this
-// instance's verdicts and the holders') is the one pb answers from. It
-// returns a channel closed when the checks have stopped, after ctx is done,
-// with every probe's socket closed and, with redis, the leases released.
-// The Views go through a handover (checks_handover.go): after a Corefile
-// reload, the verdicts of the instance replaced stand in until this one's
-// own have judged each node.
-func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan struct{}, error) {
+// checks are an instance's active health checks, made (newChecks) but not
+// started: setTargets is the sink the publisher hands the nodes to check
+// to, start runs them and passes their Views to the publisher. With
+// redis, a lock.Coordinator shares the checks with the fleet: it tells the
+// checker which nodes to probe, and its View (this instance's verdicts and
+// the holders') is the one answered from. The Views go through a handover
+// (checks_handover.go): after a Corefile reload, the verdicts of the
+// instance replaced stand in until this one's own have judged each node.
+type checks struct {
+	cfg *settings
+	h   *handover
+	c   *health.Checker
+	// coord and rdb are the fleet's, with redis; nil without.
+	coord *lock.Coordinator
+	rdb   redis.UniversalClient
+}
+
+// newChecks makes the health checks of cfg.
+func newChecks(cfg *settings) (*checks, error) {
 	zone := cfg.zones[0]
 	hc := cfg.healthConfig(func(check, cause string, d time.Duration) {
 		probes.WithLabelValues(zone, check, cause).Inc()
@@ -33,23 +42,14 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 	delayed := probesDelayed.WithLabelValues(zone)
 	hc.ObserveBudget = func(time.Duration) { delayed.Inc() }
 	hc.ProbeBudget = cfg.probeBudgetFor(0)
+	ch := &checks{cfg: cfg, h: newHandover(handoverKey(cfg))}
 	if cfg.redisURL == "" {
 		c, err := health.New(hc)
 		if err != nil {
 			return nil, err
 		}
-		h := startHandover(ctx, handoverKey(cfg), pb.setView, carryFor(cfg))
-		pb.targets = func(ts []health.Target) {
-			h.setTargets(ts)
-			c.SetProbeBudget(cfg.probeBudgetFor(len(ts)))
-			c.SetTargets(ts)
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(ctx, h.setView)
-		}()
-		return done, nil
+		ch.c = c
+		return ch, nil
 	}
 
 	rdb, err := newRedisClient(cfg.redisURL)
@@ -76,31 +76,58 @@ func startChecks(ctx context.Context, cfg *settings, pb *publisher) (<-chan stru
 		return nil, err
 	}
 	coord.SetProbeNow(c.ProbeNow)
+	ch.c, ch.coord, ch.rdb = c, coord, rdb
+	return ch, nil
+}
+
+// waitView reports whether the first snapshot waits for the first View:
+// with a fleet, an instance answers only once the fleet's statuses are
+// read, or with the verdicts of the instance this one replaces (a Corefile
+// reload).
+func (ch *checks) waitView() bool { return ch.coord != nil }
+
+// setTargets hands the nodes to check to the handover, the coordinator and
+// the checker.
+func (ch *checks) setTargets(ts []health.Target) {
+	ch.h.setTargets(ts)
+	if ch.coord != nil {
+		ch.coord.SetTargets(ts)
+	}
+	ch.c.SetProbeBudget(ch.cfg.probeBudgetFor(len(ts)))
+	ch.c.SetTargets(ts)
+}
+
+// start runs the checks until ctx is done, passing their Views to publish.
+// When the instance before this one handed verdicts over, publish has been
+// called with them before start returns. It returns a channel closed when
+// the checks have stopped, after ctx is done, with every probe's socket
+// closed and, with redis, the leases released.
+func (ch *checks) start(ctx context.Context, publish func(health.View)) <-chan struct{} {
+	done := make(chan struct{})
+	if ch.coord == nil {
+		ch.h.start(ctx, publish, carryFor(ch.cfg))
+		go func() {
+			defer close(done)
+			ch.c.Run(ctx, ch.h.setView)
+		}()
+		return done
+	}
+	zone := ch.cfg.zones[0]
 	// The token names this instance in Redis (leases, statuses,
 	// pgclusterctl status): say which host it is.
 	redisMember.DeletePartialMatch(prometheus.Labels{"zone": zone})
-	redisMember.WithLabelValues(zone, coord.Token()).Set(1)
-	log.Infof("Redis: this instance is fleet member %s (%s); its full token is %s", short(coord.Token()), cfg.instance, coord.Token())
-	// Answer only once the fleet's statuses are read, or with the
-	// verdicts of the instance this one replaces (a Corefile reload).
-	pb.waitView = true
-	h := startHandover(ctx, handoverKey(cfg), pb.setView, carryFor(cfg))
-	pb.targets = func(ts []health.Target) {
-		h.setTargets(ts)
-		coord.SetTargets(ts)
-		c.SetProbeBudget(cfg.probeBudgetFor(len(ts)))
-		c.SetTargets(ts)
-	}
-	done := make(chan struct{})
+	redisMember.WithLabelValues(zone, ch.coord.Token()).Set(1)
+	log.Infof("Redis: this instance is fleet member %s (%s); its full token is %s", short(ch.coord.Token()), ch.cfg.instance, ch.coord.Token())
+	ch.h.start(ctx, publish, carryFor(ch.cfg))
 	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx, nil) }) // the coordinator's View is the one answered from
-	wg.Go(func() { coord.Run(ctx, h.setView) })
+	wg.Go(func() { ch.c.Run(ctx, nil) }) // the coordinator's View is the one answered from
+	wg.Go(func() { ch.coord.Run(ctx, ch.h.setView) })
 	go func() {
 		wg.Wait()
-		rdb.Close()
+		ch.rdb.Close()
 		close(done)
 	}()
-	return done, nil
+	return done
 }
 
 // reportView sets the targets gauge from the checks' verdicts.

@@ -37,6 +37,8 @@ func handoverKey(cfg *settings) string {
 // could have judged every node; and it keeps what it published for the
 // instance after this one.
 type handover struct {
+	key string // of handovers
+	// ctx and publish are set by start, before any View is passed on.
 	ctx     context.Context
 	publish func(health.View)
 	// carrying is set while carried may hold verdicts: read without mu.
@@ -65,14 +67,22 @@ func carryFor(cfg *settings) time.Duration {
 	return lock.CallTimeout + time.Duration(max(cfg.rise, cfg.fall)+2)*cfg.interval + cfg.timeout
 }
 
-// startHandover registers the instance under key, takes what the instance
-// it replaces published, and returns the handover, which passes Views on
-// to publish. When there was one, publish has been called with its
-// verdicts before startHandover returns. The carried verdicts lapse after
-// carryFor, or when ctx is done, which also unregisters the instance
-// unless a successor took its place.
-func startHandover(ctx context.Context, key string, publish func(health.View), carry time.Duration) *handover {
-	h := &handover{ctx: ctx, publish: publish, targets: map[string]netip.AddrPort{}}
+// newHandover makes the handover of the instance under key, not started:
+// it records the nodes checked (setTargets) until start.
+func newHandover(key string) *handover {
+	return &handover{key: key, targets: map[string]netip.AddrPort{}}
+}
+
+// start registers the instance under h's key, takes what the instance it
+// replaces published, and from then on passes Views on to publish. When
+// there was one, publish has been called with its verdicts before start
+// returns. The carried verdicts lapse after carry, or when ctx is done,
+// which also unregisters the instance unless a successor took its place.
+func (h *handover) start(ctx context.Context, publish func(health.View), carry time.Duration) {
+	h.mu.Lock()
+	h.ctx, h.publish = ctx, publish
+	h.mu.Unlock()
+	key := h.key
 	handovers.Lock()
 	prev := handovers.m[key]
 	handovers.m[key] = h
@@ -91,7 +101,7 @@ func startHandover(ctx context.Context, key string, publish func(health.View), c
 	})
 	if len(h.carried) == 0 {
 		h.carried = nil
-		return h
+		return
 	}
 	h.carrying.Store(true)
 	h.mu.Lock()
@@ -99,14 +109,12 @@ func startHandover(ctx context.Context, key string, publish func(health.View), c
 	h.mu.Unlock()
 	t := time.AfterFunc(carry, h.lapse)
 	context.AfterFunc(ctx, func() { t.Stop() })
-	return h
 }
 
 // setTargets records the address of each node checked, so that a carried
 // verdict stands only for the address it was made for. While verdicts are
-// carried, the View is published again with the new addresses, from
-// another goroutine: the publisher calls setTargets holding the lock that
-// publishing takes.
+// carried, the View is published again with the new addresses (the
+// publisher calls its sink with its own lock released).
 func (h *handover) setTargets(ts []health.Target) {
 	addrs := make(map[string]netip.AddrPort, len(ts))
 	for _, t := range ts {
@@ -116,7 +124,7 @@ func (h *handover) setTargets(ts []health.Target) {
 	h.targets = addrs
 	h.tmu.Unlock()
 	if h.carrying.Load() {
-		go h.refresh(false)
+		h.refresh(false)
 	}
 }
 

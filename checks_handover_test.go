@@ -55,7 +55,8 @@ func TestHandover(t *testing.T) {
 		// The first instance has no predecessor: it publishes only its own.
 		ctx1, cancel1 := context.WithCancel(t.Context())
 		var log1 viewLog
-		h1 := startHandover(ctx1, key, log1.publish, time.Second)
+		h1 := newHandover(key)
+		h1.start(ctx1, log1.publish, time.Second)
 		if n := log1.count(); n != 0 {
 			t.Fatalf("published %d Views without a predecessor", n)
 		}
@@ -65,7 +66,8 @@ func TestHandover(t *testing.T) {
 		// Its successor publishes those verdicts at once.
 		ctx2, cancel2 := context.WithCancel(t.Context())
 		var log2 viewLog
-		h2 := startHandover(ctx2, key, log2.publish, time.Second)
+		h2 := newHandover(key)
+		h2.start(ctx2, log2.publish, time.Second)
 		if got, want := log2.last(t), (health.View{"c/a": down("refused"), "c/b": up("", 0)}); !reflect.DeepEqual(got, want) {
 			t.Fatalf("at start: %v, want %v", got, want)
 		}
@@ -93,7 +95,8 @@ func TestHandover(t *testing.T) {
 		h2.setView(health.View{"c/a": down("timeout")})
 		ctx3, cancel3 := context.WithCancel(t.Context())
 		var log3 viewLog
-		h3 := startHandover(ctx3, key, log3.publish, time.Second)
+		h3 := newHandover(key)
+		h3.start(ctx3, log3.publish, time.Second)
 		h3.setTargets([]health.Target{{Key: "c/a", Addr: a}, {Key: "c/b", Addr: moved}})
 		h3.setView(health.View{"c/b": up("", 0)})
 		if got, want := log3.last(t), (health.View{"c/a": down("timeout"), "c/b": up("", 0)}); !reflect.DeepEqual(got, want) {

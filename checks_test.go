@@ -94,7 +94,7 @@ func TestCheckSplitBrain(t *testing.T) {
 	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
 		t.Errorf("local.: %q", got)
 	}
-	if st := p.snap.Load().clusters["local"].stat; len(st.primaries) != 2 {
+	if st := p.snapshot().clusters["local"].stat; len(st.primaries) != 2 {
 		t.Errorf("primaries %v", st.primaries)
 	}
 }
@@ -111,8 +111,8 @@ func TestCheckMaxLag(t *testing.T) {
 	if got := addrs(t, p, "standby.local."); got != "192.0.2.2" {
 		t.Errorf("50 bytes behind, max_lag 100: standby. %q", got)
 	}
-	hashNear := p.snap.Load().hash
-	if p2 := lagged(960); p2.snap.Load().hash != hashNear {
+	hashNear := p.snapshot().hash
+	if p2 := lagged(960); p2.snapshot().hash != hashNear {
 		t.Error("a WAL position alone changed the content hash")
 	}
 	p = lagged(800)
@@ -128,7 +128,7 @@ func TestCheckMaxLag(t *testing.T) {
 	if txt := query(t, p, "pg2.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, "lag=200 bytes, over max_lag 100") {
 		t.Errorf("TXT: %s", txt)
 	}
-	if v := p.snap.Load().verdict("local/pg2"); !strings.Contains(v, "lagging") {
+	if v := p.snapshot().verdict("local/pg2"); !strings.Contains(v, "lagging") {
 		t.Errorf("verdict %q", v)
 	}
 }
@@ -148,7 +148,7 @@ func TestCheckAllDown(t *testing.T) {
 	if got := addrs(t, p, "standby.local."); got != "192.0.2.2" {
 		t.Errorf("fail-open standby.: %q", got)
 	}
-	if n := p.snap.Load().failOpen; n == 0 {
+	if n := p.snapshot().failOpen; n == 0 {
 		t.Error("fail-open sets not counted")
 	}
 	p = checked(checkTCP, view, func(s *settings) { s.allDown = allDownClosed })
@@ -173,12 +173,12 @@ func TestChecksOffNoTargets(t *testing.T) {
 	if got := addrs(t, p, "primary.local."); got != "192.0.2.1" {
 		t.Errorf("checks off: %q", got)
 	}
-	if n := len(p.snap.Load().targets); n != 0 {
+	if n := len(p.snapshot().targets); n != 0 {
 		t.Errorf("%d targets with checks off", n)
 	}
 	p = checked(checkTCP, nil)
 	var keys []string
-	for _, tg := range p.snap.Load().targets {
+	for _, tg := range p.snapshot().targets {
 		keys = append(keys, tg.Key+"="+tg.Addr.String())
 	}
 	// pg4, which the registry marks unhealthy, is not checked.
@@ -329,12 +329,16 @@ func TestCheckProbeBudget(t *testing.T) {
 // ends, and returns the publisher.
 func runChecks(t *testing.T, set *settings) *publisher {
 	t.Helper()
-	pb := &publisher{p: &PgCluster{Zones: set.zones, ttl: set.ttl}, set: set}
 	ctx, cancel := context.WithCancel(context.Background())
-	done, err := startChecks(ctx, set, pb)
+	pb, done, err := startPublisher(ctx, set)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if done != nil {
+			<-done
+		}
+	})
 	return pb
 }

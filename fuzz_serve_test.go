@@ -386,7 +386,7 @@ func fuzzPlugin(shape uint8) *fuzzed {
 	if shape&0x40 != 0 {
 		p.Fall.SetZonesFromArgs(nil)
 	}
-	p.snap.Store(s)
+	p.pb = publisherOf(s)
 	fz := &fuzzed{p: p, names: slices.Sorted(maps.Keys(owners(s)))}
 	// Names the zone does not hold, under and beside the ones it does, and
 	// names under an alias.

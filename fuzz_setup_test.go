@@ -208,7 +208,7 @@ func checkApex(t *testing.T, p *PgCluster, cfg *settings) {
 	s := build(buildInput{settings: cfg, nodes: testNodes(), aliases: testAliases})
 	s.setSerial(1, cfg.ttl)
 	h := &PgCluster{Zones: p.Zones, ttl: p.ttl, Next: test.ErrorHandler()}
-	h.snap.Store(s)
+	h.pb = publisherOf(s)
 	for _, q := range questions {
 		m := new(dns.Msg)
 		m.SetQuestion(q.Name, q.Qtype)

@@ -75,7 +75,7 @@ func FuzzBuild(f *testing.F) {
 		}
 		p := &PgCluster{Zones: []string{testZone}, ttl: 5, Next: test.ErrorHandler()}
 		s.setSerial(1, 5)
-		p.snap.Store(s)
+		p.pb = publisherOf(s)
 		for owner := range all {
 			for _, qt := range []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeTXT, dns.TypeCNAME, dns.TypeNS, dns.TypeSOA, dns.TypeANY} {
 				m := new(dns.Msg)

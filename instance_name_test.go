@@ -70,7 +70,7 @@ func TestTokensNamedInLogs(t *testing.T) {
 // startRelay starts a relaying instance with set until the test ends.
 func startRelay(t *testing.T, set *settings) *relay {
 	t.Helper()
-	r, err := newRelay(set, &publisher{p: &PgCluster{Zones: set.zones, ttl: set.ttl}, set: set}, "")
+	r, err := newRelay(set, newPublisher(set, nil, false), "")
 	if err != nil {
 		t.Fatal(err)
 	}

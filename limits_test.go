@@ -70,7 +70,7 @@ func TestAliasChainTooDeep(t *testing.T) {
 		aliases = append(aliases, Alias{fmt.Sprintf("ch%d", i), target})
 	}
 	p := newTestPlugin(buildInput{nodes: testNodes(), aliases: aliases})
-	s := p.snap.Load()
+	s := p.snapshot()
 	deep := 0
 	for _, sk := range allSkipped(s) {
 		if sk.reason == skipAliasTooDeep {

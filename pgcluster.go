@@ -25,8 +25,9 @@ type PgCluster struct {
 	Zones []string
 	Fall  fall.F
 
-	ttl  uint32
-	snap atomic.Pointer[snapshot]
+	ttl uint32
+	// pb makes and holds the snapshot answered from; nil until start.
+	pb *publisher
 	// rotate turns the order of A, AAAA and SRV records, one step per query.
 	rotate atomic.Uint32
 
@@ -40,6 +41,14 @@ type PgCluster struct {
 var _ plugin.Handler = (*PgCluster)(nil)
 
 var errNotLoaded = errors.New("registry not loaded yet")
+
+// snapshot is the snapshot answered from: nil before the first.
+func (p *PgCluster) snapshot() *snapshot {
+	if p.pb == nil {
+		return nil
+	}
+	return p.pb.snap.Load()
+}
 
 // Name implements plugin.Handler.
 func (p *PgCluster) Name() string { return "pgcluster" }
@@ -64,7 +73,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	if qt := state.QType(); qt == dns.TypeAXFR || qt == dns.TypeIXFR {
 		return dns.RcodeRefused, nil
 	}
-	snap := p.snap.Load()
+	snap := p.snapshot()
 	if snap == nil {
 		return dns.RcodeServerFailure, errNotLoaded
 	}

@@ -52,7 +52,7 @@ func newTestPlugin(in buildInput) *PgCluster {
 	p := &PgCluster{Zones: in.zones, ttl: in.ttl, Next: test.ErrorHandler()}
 	s := build(in)
 	s.setSerial(1234, in.ttl)
-	p.snap.Store(s)
+	p.pb = publisherOf(s)
 	return p
 }
 
@@ -215,7 +215,7 @@ func TestTwoPrimaries(t *testing.T) {
 		t.Errorf("while two nodes claim primary, primary. has no address: %v", err)
 	}
 	// Both still serve under the cluster name.
-	if n := len(entryOf(p.snap.Load(), "local.pgcluster.lan.").a); n != 3 {
+	if n := len(entryOf(p.snapshot(), "local.pgcluster.lan.").a); n != 3 {
 		t.Errorf("cluster name has %d IPv4 addresses, want 3", n)
 	}
 }
@@ -385,4 +385,18 @@ func TestOpcodeAndTransfer(t *testing.T) {
 			t.Errorf("%s: rcode %s, err %v, wrote %v; want %s and nothing written", tc.what, dns.RcodeToString[rcode], err, rec.Msg, dns.RcodeToString[tc.rcode])
 		}
 	}
+}
+
+// publisherOf returns a publisher whose snapshot is s, as if it had made
+// and stored it.
+func publisherOf(s *snapshot) *publisher {
+	pb := newPublisher(s.set, nil, false)
+	pb.snap.Store(s)
+	return pb
+}
+
+// publisherFor gives p a publisher of set, without checks, and returns it.
+func publisherFor(p *PgCluster, set *settings) *publisher {
+	p.pb = newPublisher(set, nil, false)
+	return p.pb
 }

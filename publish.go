@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,23 +17,31 @@ import (
 // registry's rows (applyAt) and, with checks on, the checks' verdicts
 // (setView); each change of either makes the next snapshot out of the last
 // one, building again only what the change touched, one change at a time,
-// and swaps it in.
+// and swaps it in. It is made once, complete (newPublisher), before
+// anything feeds it.
 type publisher struct {
-	p   *PgCluster
 	set *settings
-	// targets receives the nodes to check after each build that changed
-	// them; nil without checks.
+	// snap is the snapshot answered from: nil until the first is stored.
+	snap atomic.Pointer[snapshot]
+	// targets receives the nodes to check after each row update that
+	// changed them, called with mu released (it may publish a View); nil
+	// without checks. The nodes to check are made from the rows alone, so
+	// a View or a hold never changes them.
 	targets func([]health.Target)
+	// tmu hands the targets over one set at a time, in the order built:
+	// sent is the sequence number of the last set handed over.
+	tmu  sync.Mutex
+	sent uint64
+
+	mu sync.Mutex // one change at a time; guards what follows
 	// waitView holds the first snapshot back until the first setView: with
 	// a fleet, an instance answers only once it knows the fleet's verdicts.
 	waitView bool
-
-	mu       sync.Mutex // one change at a time; guards what follows
-	rows     bool       // rows were loaded (or restored)
-	cur      *snapshot  // the last built, stored or held back: the next change's base
+	rows     bool      // rows were loaded (or restored)
+	cur      *snapshot // the last built, stored or held back: the next change's base
 	loadedAt time.Time
-	version  int64 // of the last rows (see rowsUpdate)
-	sent     bool  // targets were handed over
+	version  int64  // of the last rows (see rowsUpdate)
+	built    uint64 // sequence number of the last targets built to hand over; 0: none yet
 	// unreported holds the clusters built since the last snapshot stored,
 	// and aliasesUnreported whether the aliases were resolved again: what
 	// report looks at.
@@ -45,37 +54,34 @@ type publisher struct {
 	holds holds
 }
 
-// rowsUpdate is what one read of the registry brings.
-type rowsUpdate struct {
-	// nodes holds, by served cluster (the cluster in lower case), every row
-	// the cluster has now; a cluster given without rows has none left.
-	nodes map[string][]Node
-	// full: nodes holds every cluster; those it lacks have no rows left.
-	full bool
-	// aliases holds every alias, when aliasesSet.
-	aliases    []Alias
-	aliasesSet bool
-	// loadedAt is when the rows were read (earlier than now when they are
-	// the last instance's, restored after a Corefile reload).
-	loadedAt time.Time
-
-	// version is the fleet's registry version these rows are, when they
-	// came through the registry relay (relay.go): the SOA serial, the same
-	// on every instance for the same registry content. 0 when they were
-	// read here from PostgreSQL without the relay.
-	version int64
-	// readAt is when the read that brought them began: for a read that a
-	// notification asked for, just after the COMMIT. The relay's lag
-	// starts there.
-	readAt time.Time
+// newPublisher makes the publisher of set's zone. targets is the checks'
+// sink (nil without checks); waitView holds the first snapshot back until
+// the first View (with a fleet's checks).
+func newPublisher(set *settings, targets func([]health.Target), waitView bool) *publisher {
+	return &publisher{set: set, targets: targets, waitView: waitView}
 }
 
-// applyAt makes the next snapshot with the rows u brings and publishes it.
+// applyAt makes the next snapshot with the rows u brings and publishes it,
+// then hands the nodes to check to the checks when they changed.
 func (pb *publisher) applyAt(u rowsUpdate) {
 	pb.mu.Lock()
-	defer pb.mu.Unlock()
 	pb.rows, pb.loadedAt, pb.version = true, u.loadedAt, u.version
-	pb.change(change{nodes: u.nodes, full: u.full, aliases: u.aliases, aliasesSet: u.aliasesSet})
+	s := pb.change(change{rowsUpdate: u})
+	var seq uint64
+	if pb.targets != nil && (pb.built == 0 || s.targetsChanged) {
+		pb.built++
+		seq = pb.built
+	}
+	pb.mu.Unlock()
+	if seq == 0 {
+		return
+	}
+	pb.tmu.Lock()
+	defer pb.tmu.Unlock()
+	if seq > pb.sent { // a later set may have been handed over first
+		pb.sent = seq
+		pb.targets(s.targets)
+	}
 }
 
 // setView takes the checks' latest verdicts and, once rows are loaded,
@@ -89,8 +95,9 @@ func (pb *publisher) setView(v health.View) {
 }
 
 // change makes the next snapshot with ch and, once rows are loaded (and the
-// first verdicts are, when waitView), swaps it in. pb.mu is held.
-func (pb *publisher) change(ch change) {
+// first verdicts are, when waitView), swaps it in; it returns the snapshot
+// made. pb.mu is held.
+func (pb *publisher) change(ch change) *snapshot {
 	if pb.cur == nil {
 		pb.cur = emptySnapshot(pb.set)
 	}
@@ -110,15 +117,11 @@ func (pb *publisher) change(ch change) {
 		pb.unreported[c] = true
 	}
 	pb.aliasesUnreported = pb.aliasesUnreported || s.aliasesChanged
-	if pb.targets != nil && pb.rows && (!pb.sent || s.targetsChanged) {
-		pb.targets(s.targets)
-		pb.sent = true
-	}
 	if !pb.rows || pb.waitView {
-		return
+		return s
 	}
 	s.loadedAt = pb.loadedAt
-	prev := pb.p.snap.Load()
+	prev := pb.snap.Load()
 	serial := uint32(s.loadedAt.Unix())
 	if prev != nil {
 		switch {
@@ -134,9 +137,10 @@ func (pb *publisher) change(ch change) {
 		serial = relaySerial(prev, pb.version, prev != nil && prev.hash == s.hash)
 	}
 	s.setSerial(serial, pb.set.ttl)
-	pb.p.snap.Store(s)
+	pb.snap.Store(s)
 	loadTime.WithLabelValues(pb.set.zones[0]).Set(float64(s.loadedAt.UnixNano()) / 1e9)
 	pb.report(prev, s)
+	return s
 }
 
 // report updates metrics and logs what changed since prev, the snapshot

@@ -91,11 +91,11 @@ type registry struct {
 	served    bool // a snapshot is served: loaded, or restored from the last instance
 	kept      bool // holds a place in lastLoads
 
-	// rows is the registry as followed, and fresh how stale_after judged
-	// each node's heartbeat when last published: by served cluster, in the
-	// order of its rows.
-	rows  rowSet
-	fresh map[string][]int
+	// rows is the registry as followed, and published each served
+	// cluster's rows as last handed to the publisher (with their heartbeat
+	// ages then): what a heartbeat read is compared with.
+	rows      rowSet
+	published map[string][]Node
 	// pending is what notifications received during the last read name:
 	// read next, since that read's snapshot may not have held their
 	// transactions.
@@ -123,17 +123,15 @@ func (r *registry) restore() bool {
 		return false
 	}
 	r.kept = true
-	last := lastLoads.use(r.key)
+	// The heartbeat ages stay as loaded: while the registry cannot be read,
+	// no heartbeat is judged stale (nobody could write one).
+	u, last := lastLoads.restore(r.key)
 	if last == nil {
 		return false
 	}
-	// The heartbeat ages stay as loaded: while the registry cannot be read,
-	// no heartbeat is judged stale (nobody could write one).
-	u := rowsUpdate{full: true, nodes: map[string][]Node{}, aliases: last.rows.aliasList(), aliasesSet: true, loadedAt: last.loadedAt}
 	nodes := 0
-	for name, c := range last.rows.clusters {
-		u.nodes[name] = c.nodes
-		nodes += len(c.nodes)
+	for _, ns := range u.nodes {
+		nodes += len(ns)
 	}
 	r.apply(u)
 	r.served = true
@@ -391,17 +389,15 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 	}
 	now := time.Now()
 	r.rows.setAges(ages, now)
-	changed := map[string]bool{}
+	u := rowsUpdate{nodes: make(map[string][]Node, len(r.rows.clusters))}
 	for name, c := range r.rows.clusters {
-		fresh := r.fresh[name]
-		for i, n := range c.nodes {
-			if i >= len(fresh) || fresh[i] != freshness(n.HeartbeatAge, r.set.staleAfter) {
-				changed[name] = true
-				break
-			}
-		}
+		u.nodes[name] = c.nodes
 	}
-	if len(changed) > 0 {
+	held := func(name string) ([]Node, bool) {
+		ns, ok := r.published[name]
+		return ns, ok
+	}
+	if changed := u.changed(held, maps.Keys(r.published), r.set.staleAfter); len(changed) > 0 {
 		return r.publish(now, now, changed, false, false), nil
 	}
 	return r.nextReload(now), nil
@@ -412,29 +408,24 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 // returns how long until heartbeats must be looked at again.
 func (r *registry) publish(start, now time.Time, changed map[string]bool, full, aliases bool) time.Duration {
 	u := rowsUpdate{full: full, nodes: map[string][]Node{}, loadedAt: now, readAt: start}
+	if full || r.published == nil {
+		r.published = map[string][]Node{}
+	}
 	if full {
-		r.fresh = map[string][]int{}
 		changed = map[string]bool{}
 		for name := range r.rows.clusters {
 			changed[name] = true
 		}
 	}
-	if r.fresh == nil {
-		r.fresh = map[string][]int{}
-	}
 	for name := range changed {
 		c, ok := r.rows.clusters[name]
 		if !ok {
 			u.nodes[name] = nil
-			delete(r.fresh, name)
+			delete(r.published, name)
 			continue
 		}
 		ns := c.aged(now)
-		fresh := make([]int, len(ns))
-		for i, n := range ns {
-			fresh[i] = freshness(n.HeartbeatAge, r.set.staleAfter)
-		}
-		u.nodes[name], r.fresh[name] = ns, fresh
+		u.nodes[name], r.published[name] = ns, ns
 	}
 	if full || aliases {
 		u.aliases, u.aliasesSet = r.rows.aliasList(), true

@@ -281,7 +281,8 @@ func TestFollowLostNotifications(t *testing.T) {
 	start := func(refresh time.Duration) *PgCluster {
 		set := &settings{dsn: pg.DSN(""), zones: []string{testZone}, ttl: 5, refresh: refresh}
 		p := &PgCluster{Zones: set.zones, ttl: set.ttl}
-		pb := &publisher{p: p, set: set}
+		pb := newPublisher(set, nil, false)
+		p.pb = pb
 		r := newRegistry(set, "", pb.applyAt)
 		rctx, cancel := context.WithCancel(ctx)
 		go r.run(rctx)
@@ -297,7 +298,7 @@ func TestFollowLostNotifications(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			s := p.snap.Load()
+			s := p.snapshot()
 			if s == nil {
 				return fmt.Errorf("nothing served yet")
 			}

@@ -60,6 +60,18 @@ func (s *loadStore) use(key string) *lastLoad {
 	return e.last
 }
 
+// restore makes the caller a user of key's entry (see use) and returns
+// its last load and, when there is one, the full update that serves it
+// again (heartbeat ages as loaded). The registry and the relay restore
+// through it alike.
+func (s *loadStore) restore(key string) (rowsUpdate, *lastLoad) {
+	last := s.use(key)
+	if last == nil {
+		return rowsUpdate{}, nil
+	}
+	return last.rows.update(last.loadedAt), last
+}
+
 // keep records a successful load for key's users. rows' maps are kept as
 // they are: the caller replaces them, never changes them (see rowSet).
 func (s *loadStore) keep(key string, rows rowSet, loadedAt time.Time) {

@@ -213,13 +213,9 @@ func (r *relay) restore() bool {
 		return false
 	}
 	r.kept = true
-	last := lastLoads.use(r.key)
+	u, last := lastLoads.restore(r.key)
 	if last == nil {
 		return false
-	}
-	u := rowsUpdate{full: true, nodes: map[string][]Node{}, aliases: last.rows.aliasList(), aliasesSet: true, loadedAt: last.loadedAt}
-	for name, c := range last.rows.clusters {
-		u.nodes[name] = c.nodes
 	}
 	r.apply(u, last.loadedAt)
 	log.Infof("Registry relay: serving the %d clusters and %d aliases the instance before this one served, until the registry is read again",
@@ -810,7 +806,8 @@ func (r *relay) fromRegistry(u rowsUpdate) {
 
 // write writes the follower's rows to the copy: the clusters changed and,
 // with aliases, the aliases; everything at a term's first write. Then it
-// applies u, when given, with the version written. The copy names this
+// publishes u, when given (the caller merged it into r.rows), with the
+// version written. The copy names this
 // instance's registry, whose system identifier is read first if it is
 // not known yet: a follower that cannot name its registry writes nothing.
 func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
@@ -846,7 +843,7 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 		case err != nil:
 			r.redisFailed(err)
 			if u != nil {
-				r.apply(*u, u.loadedAt)
+				r.publish(*u, u.loadedAt)
 			}
 			return
 		case res.Result == lock.CopyFenced:
@@ -873,7 +870,7 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 		relayWrites.WithLabelValues(r.zone(), result).Inc()
 		if u != nil {
 			u.version = w.Version
-			r.apply(*u, u.loadedAt)
+			r.publish(*u, u.loadedAt)
 			if !u.readAt.IsZero() {
 				relayLag.WithLabelValues(r.zone()).Observe(time.Since(u.readAt).Seconds())
 			}
@@ -887,7 +884,7 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 // while.
 func (r *relay) cannotWrite(why error, u *rowsUpdate) {
 	if u != nil {
-		r.apply(*u, u.loadedAt)
+		r.publish(*u, u.loadedAt)
 	}
 	if err := r.rc.Release(r.ctx); err != nil {
 		r.redisFailed(err)
@@ -909,7 +906,7 @@ func (r *relay) redisClockAt(t time.Time) time.Time {
 // serials were before the relay, and above the serial served here.
 func (r *relay) nextVersion(v int64) int64 {
 	n := max(v+1, r.redisClock().Unix())
-	if s := r.pb.p.snap.Load(); s != nil {
+	if s := r.pb.snap.Load(); s != nil {
 		n = max(n, int64(s.serial)+1)
 	}
 	return n
@@ -987,6 +984,12 @@ func vouched(h lock.CopyHead, now time.Time) bool {
 // apply merges u into the rows served here and publishes them.
 func (r *relay) apply(u rowsUpdate, at time.Time) {
 	r.rows.merge(u, at)
+	r.publish(u, at)
+}
+
+// publish hands the publisher u, already merged into the rows served
+// here (as of at), and keeps them for the instance after this one.
+func (r *relay) publish(u rowsUpdate, at time.Time) {
 	r.hasRows = true
 	r.pb.applyAt(u)
 	registryVersion.WithLabelValues(r.zone()).Set(float64(u.version))

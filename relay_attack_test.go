@@ -86,7 +86,7 @@ func (g *relayRig) settings(dsn, secret string) *settings {
 func (g *relayRig) start(name string, set *settings) *relayInstance {
 	g.t.Helper()
 	p := &PgCluster{Zones: set.zones, ttl: set.ttl, Next: test.ErrorHandler()}
-	r, err := newRelay(set, &publisher{p: p, set: set}, "")
+	r, err := newRelay(set, publisherFor(p, set), "")
 	if err != nil {
 		g.t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func (g *relayRig) watchSerial() func() []string {
 	top := map[string]uint32{}
 	stop := repeat(g.t, 20*time.Millisecond, func(int) {
 		for _, in := range g.fleetNow() {
-			s := in.p.snap.Load()
+			s := in.p.snapshot()
 			if s == nil {
 				continue
 			}
@@ -327,7 +327,7 @@ func TestRelayAttackCopyVersionAhead(t *testing.T) {
 		t.Error(e)
 	}
 	for _, in := range g.fleetNow() {
-		if s := in.p.snap.Load().serial; int64(s) > time.Now().Unix()+60 || int64(s) < time.Now().Unix()-3600 {
+		if s := in.p.snapshot().serial; int64(s) > time.Now().Unix()+60 || int64(s) < time.Now().Unix()-3600 {
 			t.Errorf("%s serves serial %d, not the fleet's version by Redis's clock", in.name, s)
 		}
 	}

@@ -34,12 +34,13 @@ func TestSerialAfter(t *testing.T) {
 func TestRelaySerialNeverBackwards(t *testing.T) {
 	set := &settings{zones: []string{testZone}, ttl: 5}
 	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
-	pb := &publisher{p: p, set: set}
+	pb := newPublisher(set, nil, false)
+	p.pb = pb
 	now := time.Now()
 	apply := func(version int64, addr string) uint32 {
 		pb.applyAt(rowsUpdate{full: true, nodes: map[string][]Node{"local": {node("local", "pg1", addr, "primary")}},
 			aliasesSet: true, loadedAt: now, version: version})
-		return p.snap.Load().serial
+		return p.snapshot().serial
 	}
 	const v = 1796191669
 	steps := []struct {

@@ -1,7 +1,12 @@
 package pgcluster
 
 import (
+	"iter"
+	"maps"
+	"math"
 	"net/netip"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -64,4 +69,303 @@ func isLabel(s string) bool {
 		}
 	}
 	return true
+}
+
+// rowsUpdate is what one read of the registry brings, from PostgreSQL
+// (registry.go) or from the fleet's copy (relay.go), to the publisher.
+// Its rows are shared, never changed, once made.
+type rowsUpdate struct {
+	// nodes holds, by served cluster (the cluster in lower case), every row
+	// the cluster has now; a cluster given without rows has none left.
+	nodes map[string][]Node
+	// full: nodes holds every cluster; those it lacks have no rows left.
+	full bool
+	// aliases holds every alias, when aliasesSet.
+	aliases    []Alias
+	aliasesSet bool
+	// loadedAt is when the rows were read (earlier than now when they are
+	// the last instance's, restored after a Corefile reload).
+	loadedAt time.Time
+
+	// version is the fleet's registry version these rows are, when they
+	// came through the registry relay (relay.go): the SOA serial, the same
+	// on every instance for the same registry content. 0 when they were
+	// read here from PostgreSQL without the relay.
+	version int64
+	// readAt is when the read that brought them began: for a read that a
+	// notification asked for, just after the COMMIT. The relay's lag
+	// starts there.
+	readAt time.Time
+}
+
+// changed returns the served clusters whose rows u changes in a way an
+// answer shows (see sameRows): held gives the rows held of a cluster
+// (false for one without rows), names every cluster held. This is the one
+// place that decides whether a cluster changed.
+func (u *rowsUpdate) changed(held func(name string) ([]Node, bool), names iter.Seq[string], staleAfter time.Duration) map[string]bool {
+	out := map[string]bool{}
+	for name, ns := range u.nodes {
+		if old, ok := held(name); !ok && len(ns) > 0 || ok && !sameRows(old, ns, staleAfter) {
+			out[name] = true
+		}
+	}
+	if u.full {
+		for name := range names {
+			if _, ok := u.nodes[name]; !ok {
+				out[name] = true
+			}
+		}
+	}
+	return out
+}
+
+// sameRows reports whether two row sets of a cluster make the same names:
+// equal but for how old their heartbeats are, as long as stale_after judges
+// them alike (the heartbeat's time shows only for a node it judges stale).
+func sameRows(a, b []Node, staleAfter time.Duration) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		fx, fy := 0, 0
+		if staleAfter > 0 {
+			fx, fy = freshness(x.HeartbeatAge, staleAfter), freshness(y.HeartbeatAge, staleAfter)
+		}
+		if fx != fy || fx != 0 && !x.Heartbeat.Equal(y.Heartbeat) {
+			return false
+		}
+		x.HeartbeatAge, y.HeartbeatAge, x.Heartbeat, y.Heartbeat = 0, 0, time.Time{}, time.Time{}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// freshness is how stale_after judges a heartbeat: 0 fresh, 1 stale, -1
+// in the future beyond it.
+func freshness(age, staleAfter time.Duration) int {
+	switch {
+	case age > staleAfter:
+		return 1
+	case age < -staleAfter:
+		return -1
+	}
+	return 0
+}
+
+// groupNodes sorts rows into their served clusters, each in a slice of
+// exactly its size: they are kept as long as the cluster does not change.
+func groupNodes(nodes []Node) map[string][]Node {
+	counts := map[string]int{}
+	for _, n := range nodes {
+		counts[strings.ToLower(n.Cluster)]++
+	}
+	out := make(map[string][]Node, len(counts))
+	for _, n := range nodes {
+		c := strings.ToLower(n.Cluster)
+		if out[c] == nil {
+			out[c] = make([]Node, 0, counts[c])
+		}
+		out[c] = append(out[c], n)
+	}
+	return out
+}
+
+// sortNodes orders a cluster's rows by cluster and name as stored: the
+// order in which two reads of the same rows are compared.
+func sortNodes(ns []Node) {
+	slices.SortFunc(ns, func(a, b Node) int {
+		if c := strings.Compare(a.Cluster, b.Cluster); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+}
+
+// rowSet is the registry as followed: each served cluster's nodes (every
+// row whose cluster is that name in lower case) with the time their
+// heartbeat ages were measured, and the aliases. Its maps are replaced,
+// never changed, once handed out (lastLoads keeps them).
+type rowSet struct {
+	clusters map[string]clusterRows
+	aliases  map[string]Alias // by alias as stored
+}
+
+type clusterRows struct {
+	nodes []Node    // by cluster and name as stored
+	at    time.Time // when the nodes' HeartbeatAge were measured
+}
+
+// aged returns a cluster's nodes with their heartbeat ages as of now: the
+// nodes themselves when they were read then (never changed once read: a
+// later read makes new ones), so that the publisher shares them. Ages that
+// stand for infinite heartbeats stay as they are.
+func (c clusterRows) aged(now time.Time) []Node {
+	d := now.Sub(c.at)
+	if d == 0 {
+		return c.nodes
+	}
+	out := slices.Clone(c.nodes)
+	for i, n := range out {
+		out[i].HeartbeatAge = ageBy(n.HeartbeatAge, d)
+	}
+	return out
+}
+
+// ageBy is age d later.
+func ageBy(age, d time.Duration) time.Duration {
+	if age == math.MaxInt64 || age == math.MinInt64 {
+		return age
+	}
+	return satAdd(age, d)
+}
+
+// satAdd adds without overflowing past the bounds that stand for infinity.
+func satAdd(a, b time.Duration) time.Duration {
+	s := a + b
+	switch {
+	case b > 0 && s < a:
+		return math.MaxInt64
+	case b < 0 && s > a:
+		return math.MinInt64
+	}
+	return s
+}
+
+// aliasList returns the aliases by alias as stored.
+func (rs *rowSet) aliasList() []Alias {
+	out := make([]Alias, 0, len(rs.aliases))
+	for _, a := range slices.Sorted(maps.Keys(rs.aliases)) {
+		out = append(out, rs.aliases[a])
+	}
+	return out
+}
+
+// update returns all of rs as a full update loaded at loadedAt, its
+// heartbeat ages as they were measured.
+func (rs *rowSet) update(loadedAt time.Time) rowsUpdate {
+	u := rowsUpdate{full: true, nodes: make(map[string][]Node, len(rs.clusters)), aliases: rs.aliasList(), aliasesSet: true, loadedAt: loadedAt}
+	for name, c := range rs.clusters {
+		u.nodes[name] = c.nodes
+	}
+	return u
+}
+
+// full replaces everything with a full read made at "at".
+func (rs *rowSet) full(nodes []Node, aliases []Alias, at time.Time) {
+	rs.clusters = map[string]clusterRows{}
+	rs.aliases = map[string]Alias{}
+	for c, ns := range groupNodes(nodes) {
+		sortNodes(ns)
+		rs.clusters[c] = clusterRows{nodes: ns, at: at}
+	}
+	for _, a := range aliases {
+		rs.aliases[a.Alias] = a
+	}
+}
+
+// replace puts the rows read at "at" of the clusters and aliases named (as
+// stored) in place of the ones held (absent from the read: deleted), and
+// returns the served clusters that changed.
+func (rs *rowSet) replace(clusters, aliases map[string]bool, nodes []Node, as []Alias, at time.Time) map[string]bool {
+	changed := map[string]bool{}
+	if len(clusters) > 0 {
+		rs.clusters = maps.Clone(rs.clusters)
+		read := groupNodes(nodes)
+		for c := range clusters {
+			changed[strings.ToLower(c)] = true
+		}
+		for c := range changed {
+			// Other spellings of the cluster keep their rows, aged to "at".
+			old := rs.clusters[c]
+			var ns []Node
+			for _, n := range old.nodes {
+				if !clusters[n.Cluster] {
+					n.HeartbeatAge = ageBy(n.HeartbeatAge, at.Sub(old.at))
+					ns = append(ns, n)
+				}
+			}
+			ns = append(ns, read[c]...)
+			if len(ns) == 0 {
+				delete(rs.clusters, c)
+				continue
+			}
+			sortNodes(ns)
+			rs.clusters[c] = clusterRows{nodes: ns, at: at}
+		}
+	}
+	if len(aliases) > 0 {
+		rs.aliases = maps.Clone(rs.aliases)
+		for a := range aliases {
+			delete(rs.aliases, a)
+		}
+		for _, a := range as {
+			rs.aliases[a.Alias] = a
+		}
+	}
+	return changed
+}
+
+// setAges replaces every node's heartbeat age with one read at "at", by
+// "cluster/name" as stored; nodes the read does not have keep theirs, aged
+// (they left meanwhile, and a notification says so).
+func (rs *rowSet) setAges(ages map[string]time.Duration, at time.Time) {
+	clusters := make(map[string]clusterRows, len(rs.clusters))
+	for name, c := range rs.clusters {
+		d := at.Sub(c.at)
+		nodes := slices.Clone(c.nodes)
+		for i, n := range nodes {
+			if a, ok := ages[n.Cluster+"/"+n.Name]; ok {
+				nodes[i].HeartbeatAge = a
+			} else {
+				nodes[i].HeartbeatAge = ageBy(n.HeartbeatAge, d)
+			}
+		}
+		clusters[name] = clusterRows{nodes: nodes, at: at}
+	}
+	rs.clusters = clusters
+}
+
+// merge puts what u brings into rs (its maps replaced, never changed: see
+// rowSet), as of at.
+func (rs *rowSet) merge(u rowsUpdate, at time.Time) {
+	if u.full || rs.clusters == nil {
+		rs.clusters = make(map[string]clusterRows, len(u.nodes))
+	} else {
+		rs.clusters = maps.Clone(rs.clusters)
+	}
+	for name, ns := range u.nodes {
+		if len(ns) == 0 {
+			delete(rs.clusters, name)
+			continue
+		}
+		rs.clusters[name] = clusterRows{nodes: ns, at: at}
+	}
+	if u.aliasesSet || u.full {
+		rs.aliases = make(map[string]Alias, len(u.aliases))
+		for _, a := range u.aliases {
+			rs.aliases[a.Alias] = a
+		}
+	}
+}
+
+// diff returns the served clusters whose rows u changes in a way an answer
+// shows (see rowsUpdate.changed), and whether it changes the aliases.
+func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool, bool) {
+	held := func(name string) ([]Node, bool) {
+		c, ok := rs.clusters[name]
+		return c.nodes, ok
+	}
+	changed := u.changed(held, maps.Keys(rs.clusters), staleAfter)
+	aliases := false
+	if u.aliasesSet {
+		now := make(map[string]Alias, len(u.aliases))
+		for _, a := range u.aliases {
+			now[a.Alias] = a
+		}
+		aliases = !maps.Equal(now, rs.aliases)
+	}
+	return changed, aliases
 }

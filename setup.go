@@ -76,15 +76,12 @@ func setup(c *caddy.Controller) error {
 // a Corefile reload) last loaded.
 func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 	cfg.resolveAddrs()
-	pb := &publisher{p: p, set: cfg}
-	if cfg.checksOn() {
-		done, err := startChecks(ctx, cfg, pb)
-		if err != nil {
-			// parse validated every option: only a bug gets here.
-			log.Errorf("Health checks not started: %v", err)
-		}
-		p.checksDone = done
+	pb, done, err := startPublisher(ctx, cfg)
+	if err != nil {
+		// parse validated every option: only a bug gets here.
+		log.Errorf("Health checks not started: %v", err)
 	}
+	p.pb, p.checksDone = pb, done
 	key := storeKey(cfg.dsn, cfg.zones)
 	if cfg.relayOn() {
 		r, err := newRelay(cfg, pb, key)
@@ -101,6 +98,23 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
 	return restored
+}
+
+// startPublisher makes the publisher of cfg's zone, complete: with checks
+// on, it is made with their sink and the checks are started, feeding it
+// their Views until ctx is done; done is closed once they have stopped
+// (nil without checks). When the checks cannot be made, the publisher
+// answers without them, and err says why.
+func startPublisher(ctx context.Context, cfg *settings) (pb *publisher, done <-chan struct{}, err error) {
+	if !cfg.checksOn() {
+		return newPublisher(cfg, nil, false), nil, nil
+	}
+	ch, err := newChecks(cfg)
+	if err != nil {
+		return newPublisher(cfg, nil, false), nil, err
+	}
+	pb = newPublisher(cfg, ch.setTargets, ch.waitView())
+	return pb, ch.start(ctx, pb.setView), nil
 }
 
 // loaded is closed once the first rows are applied.

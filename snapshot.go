@@ -219,17 +219,11 @@ func emptySnapshot(set *settings) *snapshot {
 	return s
 }
 
-// change is what moved since a snapshot was built: some clusters' rows,
-// the aliases, the checks' verdicts.
+// change is what moved since a snapshot was built: some clusters' rows
+// and the aliases (its rowsUpdate: none when nodes is nil and aliasesSet
+// false), the checks' verdicts, the primaries primary. holds.
 type change struct {
-	// nodes holds, by served cluster, every row the cluster has now; a
-	// cluster given without rows has none left.
-	nodes map[string][]Node
-	// full: nodes holds every cluster; those it lacks have no rows left.
-	full bool
-	// aliases holds every alias, when aliasesSet.
-	aliases    []Alias
-	aliasesSet bool
+	rowsUpdate
 	// view is the checks' verdicts, when viewSet.
 	view    health.View
 	viewSet bool
@@ -241,28 +235,9 @@ type change struct {
 // build makes a snapshot of in from nothing: what a full reload would serve.
 func build(in buildInput) *snapshot {
 	return emptySnapshot(in.settings).next(change{
-		nodes: groupNodes(in.nodes), full: true,
-		aliases: in.aliases, aliasesSet: true,
-		view: in.view, viewSet: true,
+		rowsUpdate: rowsUpdate{nodes: groupNodes(in.nodes), full: true, aliases: in.aliases, aliasesSet: true},
+		view:       in.view, viewSet: true,
 	})
-}
-
-// groupNodes sorts rows into their served clusters, each in a slice of
-// exactly its size: they are kept as long as the cluster does not change.
-func groupNodes(nodes []Node) map[string][]Node {
-	counts := map[string]int{}
-	for _, n := range nodes {
-		counts[strings.ToLower(n.Cluster)]++
-	}
-	out := make(map[string][]Node, len(counts))
-	for _, n := range nodes {
-		c := strings.ToLower(n.Cluster)
-		if out[c] == nil {
-			out[c] = make([]Node, 0, counts[c])
-		}
-		out[c] = append(out[c], n)
-	}
-	return out
 }
 
 // next returns the snapshot that s becomes with ch: the clusters whose rows
@@ -282,17 +257,14 @@ func (s *snapshot) next(ch change) *snapshot {
 
 	// What to build again, and with which rows.
 	dirty := map[string][]Node{}
-	for name, rows := range ch.nodes {
-		if old := s.clusters[name]; old == nil || !sameRows(old.rows, rows, s.set.staleAfter) {
-			dirty[name] = rows
+	rowsOf := func(name string) ([]Node, bool) {
+		if cb := s.clusters[name]; cb != nil {
+			return cb.rows, true
 		}
+		return nil, false
 	}
-	if ch.full {
-		for name := range s.clusters {
-			if _, ok := ch.nodes[name]; !ok {
-				dirty[name] = nil
-			}
-		}
+	for name := range ch.changed(rowsOf, maps.Keys(s.clusters), s.set.staleAfter) {
+		dirty[name] = ch.nodes[name]
 	}
 	if ch.viewSet && s.set.checksOn() {
 		for name := range changedClusters(s.view, ch.view, s.set.maxLag > 0) {
@@ -437,30 +409,6 @@ func (n *snapshot) targetsDiffer(s *snapshot) bool {
 		}
 	}
 	return false
-}
-
-// sameRows reports whether two row sets of a cluster make the same names:
-// equal but for how old their heartbeats are, as long as stale_after judges
-// them alike (the heartbeat's time shows only for a node it judges stale).
-func sameRows(a, b []Node, staleAfter time.Duration) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		fx, fy := 0, 0
-		if staleAfter > 0 {
-			fx, fy = freshness(x.HeartbeatAge, staleAfter), freshness(y.HeartbeatAge, staleAfter)
-		}
-		if fx != fy || fx != 0 && !x.Heartbeat.Equal(y.Heartbeat) {
-			return false
-		}
-		x.HeartbeatAge, y.HeartbeatAge, x.Heartbeat, y.Heartbeat = 0, 0, time.Time{}, time.Time{}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // changedClusters returns the clusters of the nodes whose verdicts differ

@@ -101,7 +101,7 @@ func TestPrimaryHold(t *testing.T) {
 	left := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}
 	promoted := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
 	primaryOf := func(p *PgCluster) (string, string) {
-		s := p.snap.Load()
+		s := p.snapshot()
 		return addrsOf(entryOf(s, "primary.local."+testZone)), txtOf(s, "primary.local."+testZone)
 	}
 	want := func(t *testing.T, p *PgCluster, addrs, txt string) {
@@ -118,10 +118,10 @@ func TestPrimaryHold(t *testing.T) {
 			want(t, p, "127.0.0.11", `"state=serving" "node=pg1"`)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held" "node=pg1" "reason=check_shutting_down"`)
-			if got := addrsOf(entryOf(p.snap.Load(), "local."+testZone)); got != "127.0.0.12 127.0.0.13" {
+			if got := addrsOf(entryOf(p.snapshot(), "local."+testZone)); got != "127.0.0.12 127.0.0.13" {
 				t.Errorf("the cluster's name answers %q while primary. holds: want the serving nodes only", got)
 			}
-			if got := addrsOf(entryOf(p.snap.Load(), "prefer-standby.local."+testZone)); got != "127.0.0.12 127.0.0.13" {
+			if got := addrsOf(entryOf(p.snapshot(), "prefer-standby.local."+testZone)); got != "127.0.0.12 127.0.0.13" {
 				t.Errorf("prefer-standby. answers %q: want the standbys", got)
 			}
 			time.Sleep(time.Second) // within the hold (fall x interval + timeout = 5 s)
@@ -209,7 +209,7 @@ func TestPrimaryHandover(t *testing.T) {
 	gone := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
 	want := func(t *testing.T, p *PgCluster, addrs, txt string) {
 		t.Helper()
-		s := p.snap.Load()
+		s := p.snapshot()
 		got, gotTXT := addrsOf(entryOf(s, "primary.local."+testZone)), txtOf(s, "primary.local."+testZone)
 		if got != addrs || !strings.Contains(gotTXT, txt) {
 			t.Errorf("primary.: %q %s, want %q with %s", got, gotTXT, addrs, txt)
@@ -225,7 +225,7 @@ func TestPrimaryHandover(t *testing.T) {
 			p, pb := servingPrimary(switchoverSettings(), up)
 			pb.setView(both)
 			want(t, p, "127.0.0.12", `"state=serving" "node=pg2"`)
-			if n := p.snap.Load().split; n != 0 {
+			if n := p.snapshot().split; n != 0 {
 				t.Errorf("%d clusters counted in split brain during the hand-over", n)
 			}
 			time.Sleep(handover / 2)
@@ -247,7 +247,7 @@ func TestPrimaryHandover(t *testing.T) {
 			time.Sleep(time.Millisecond)
 			synctest.Wait()
 			want(t, p, "", `"state=split_brain" "primaries=2"`)
-			if n := p.snap.Load().split; n != 1 {
+			if n := p.snapshot().split; n != 1 {
 				t.Errorf("%d clusters counted in split brain, want 1", n)
 			}
 			// Still both: no second hand-over.
@@ -289,7 +289,8 @@ func TestPrimaryHandover(t *testing.T) {
 // view up: pg1 the serving primary.
 func servingPrimary(set *settings, up health.View) (*PgCluster, *publisher) {
 	p := &PgCluster{}
-	pb := &publisher{p: p, set: set}
+	pb := newPublisher(set, nil, false)
+	p.pb = pb
 	pb.apply(switchoverNodes(), nil)
 	pb.setView(up)
 	return p, pb

@@ -39,7 +39,7 @@ func TestAliasLoopAnyLength(t *testing.T) {
 	chain("deep", 20, "local")     // 20 aliases to a cluster: the first 12 too far
 	chain("near", maxChain, "pg1") // maxChain aliases to... a node's name: nothing
 	p := newTestPlugin(buildInput{nodes: testNodes(), aliases: append(aliases, testAliases...)})
-	s := p.snap.Load()
+	s := p.snapshot()
 	want := map[string]int{skipAliasLoop: 1000 + 50 + 1, skipAliasDangling: 20 + maxChain, skipAliasTooDeep: 20 - maxChain}
 	got := skipCounts(s)
 	for reason, n := range want {

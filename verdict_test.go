@@ -134,8 +134,8 @@ func TestRoleTrimmed(t *testing.T) {
 // item 13).
 func TestSelfUnknownNodeWarnsOnce(t *testing.T) {
 	logs := captureLog(t)
-	pb := &publisher{p: &PgCluster{}, set: &settings{zones: []string{testZone}, ttl: 5,
-		self: map[string]netip.Addr{"pg9": netip.MustParseAddr("192.0.2.99"), "local/pg1": netip.MustParseAddr("192.0.2.98")}}}
+	pb := newPublisher(&settings{zones: []string{testZone}, ttl: 5,
+		self: map[string]netip.Addr{"pg9": netip.MustParseAddr("192.0.2.99"), "local/pg1": netip.MustParseAddr("192.0.2.98")}}, nil, false)
 	pb.apply(testNodes(), nil)
 	pb.apply(testNodes(), nil)
 	if n := strings.Count(logs.String(), "self pg9: no such node"); n != 1 {
