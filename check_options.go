@@ -46,17 +46,13 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 			return c.Errf("check: %q is not tcp, postgres or off", args[0])
 		}
 	case "interval":
-		d, err := duration(c, opt, args, minInterval, false)
-		if err != nil {
+		if err := setDuration(&cfg.interval, c, opt, args, minInterval, false); err != nil {
 			return err
 		}
-		cfg.interval = d
 	case "timeout":
-		d, err := duration(c, opt, args, minTimeout, false)
-		if err != nil {
+		if err := setDuration(&cfg.timeout, c, opt, args, minTimeout, false); err != nil {
 			return err
 		}
-		cfg.timeout = d
 	case "rise", "fall":
 		if len(args) != 1 {
 			return c.ArgErr()
@@ -89,22 +85,18 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 			cfg.roleInterval = health.NoSessions
 			return nil
 		}
-		d, err := duration(c, opt, args, minRoleInterval, false)
-		if err != nil {
+		if err := setDuration(&cfg.roleInterval, c, opt, args, minRoleInterval, false); err != nil {
 			return err
 		}
-		cfg.roleInterval = d
 	case "split_brain":
 		if len(args) != 1 || args[0] != splitBrainClosed && args[0] != splitBrainNewestTimeline {
 			return c.Errf("split_brain: want %s or %s", splitBrainClosed, splitBrainNewestTimeline)
 		}
 		cfg.splitBrain = args[0]
 	case "primary_hold":
-		d, err := duration(c, opt, args, minTimeout, true)
-		if err != nil {
+		if err := setDuration(&cfg.primaryHold, c, opt, args, minTimeout, true); err != nil {
 			return err
 		}
-		cfg.primaryHold = d
 	case "probe_budget":
 		if len(args) != 1 {
 			return c.ArgErr()

@@ -119,13 +119,9 @@ func newRegistry(set *settings, key string, apply func(rowsUpdate)) *registry {
 // the registry is unreachable. It reports whether there were any. Call it
 // once, before run.
 func (r *registry) restore() bool {
-	if r.key == "" {
-		return false
-	}
-	r.kept = true
 	// The heartbeat ages stay as loaded: while the registry cannot be read,
 	// no heartbeat is judged stale (nobody could write one).
-	u, last := lastLoads.restore(r.key)
+	u, last := lastLoads.restore(r.key, &r.kept)
 	if last == nil {
 		return false
 	}

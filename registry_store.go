@@ -60,11 +60,16 @@ func (s *loadStore) use(key string) *lastLoad {
 	return e.last
 }
 
-// restore makes the caller a user of key's entry (see use) and returns
-// its last load and, when there is one, the full update that serves it
-// again (heartbeat ages as loaded). The registry and the relay restore
-// through it alike.
-func (s *loadStore) restore(key string) (rowsUpdate, *lastLoad) {
+// restore makes the caller a user of key's entry (see use; kept is set:
+// the caller releases it when it stops) and returns its last load and,
+// when there is one, the full update that serves it again (heartbeat ages
+// as loaded). The registry and the relay restore through it alike. A key
+// of "" keeps nothing.
+func (s *loadStore) restore(key string, kept *bool) (rowsUpdate, *lastLoad) {
+	if key == "" {
+		return rowsUpdate{}, nil
+	}
+	*kept = true
 	last := s.use(key)
 	if last == nil {
 		return rowsUpdate{}, nil

@@ -209,11 +209,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 // zones, before a Corefile reload) served last, as registry.restore does.
 // Call it once, before run.
 func (r *relay) restore() bool {
-	if r.key == "" {
-		return false
-	}
-	r.kept = true
-	u, last := lastLoads.restore(r.key)
+	u, last := lastLoads.restore(r.key, &r.kept)
 	if last == nil {
 		return false
 	}

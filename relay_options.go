@@ -15,12 +15,7 @@ const defaultRelayGrace = 10 * time.Second
 // parseRelayOption parses "relay on|off" and "relay_grace DURATION|0".
 func parseRelayOption(c *caddy.Controller, cfg *settings, opt string, args []string) error {
 	if opt == "relay_grace" {
-		d, err := duration(c, opt, args, 0, true)
-		if err != nil {
-			return err
-		}
-		cfg.relayGrace = d
-		return nil
+		return setDuration(&cfg.relayGrace, c, opt, args, 0, true)
 	}
 	if len(args) != 1 {
 		return c.ArgErr()

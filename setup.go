@@ -208,17 +208,13 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		}
 		cfg.ttl = uint32(t)
 	case "refresh":
-		d, err := duration(c, opt, args, minRefresh, false)
-		if err != nil {
+		if err := setDuration(&cfg.refresh, c, opt, args, minRefresh, false); err != nil {
 			return err
 		}
-		cfg.refresh = d
 	case "stale_after":
-		d, err := duration(c, opt, args, minStaleAfter, true)
-		if err != nil {
+		if err := setDuration(&cfg.staleAfter, c, opt, args, minStaleAfter, true); err != nil {
 			return err
 		}
-		cfg.staleAfter = d
 	case "allow_loopback":
 		if len(args) != 0 {
 			return c.ArgErr()
@@ -276,21 +272,23 @@ func parseSelf(c *caddy.Controller, cfg *settings, args []string) error {
 	return nil
 }
 
-// duration parses a duration option of at least floor; off allows "off" and
-// 0, which return 0.
-func duration(c *caddy.Controller, opt string, args []string, floor time.Duration, off bool) (time.Duration, error) {
+// setDuration parses a duration option of at least floor into dst; off
+// allows "off" and 0, which set 0.
+func setDuration(dst *time.Duration, c *caddy.Controller, opt string, args []string, floor time.Duration, off bool) error {
 	if len(args) != 1 {
-		return 0, c.ArgErr()
+		return c.ArgErr()
 	}
 	if off && (args[0] == "off" || args[0] == "0") {
-		return 0, nil
+		*dst = 0
+		return nil
 	}
 	d, err := time.ParseDuration(args[0])
 	if err != nil || d <= 0 {
-		return 0, c.Errf("%s: %q is not a positive duration such as 10s or 1m", opt, args[0])
+		return c.Errf("%s: %q is not a positive duration such as 10s or 1m", opt, args[0])
 	}
 	if d < floor {
-		return 0, c.Errf("%s: %s is below the minimum of %s", opt, args[0], floor)
+		return c.Errf("%s: %s is below the minimum of %s", opt, args[0], floor)
 	}
-	return d, nil
+	*dst = d
+	return nil
 }
