@@ -31,7 +31,6 @@ FUZZPARALLEL ?= 2
 FUZZ       ?= .
 # make test: how long it fuzzes each target after the tests (seeds alone: 0).
 TEST_FUZZTIME ?= 3s
-PGDISCOVER := $(if $(wildcard cmd/pgdiscover/*.go),bin/pgdiscover)
 
 # make image: the image's name, and the directory its build context is
 # staged in (the static binary, the CA bundle, deploy/image/'s files).
@@ -46,9 +45,7 @@ all: build
 build:
 	$(GO) build -o bin/coredns ./cmd/coredns
 	$(GO) build -o bin/pgclusterctl ./cmd/pgclusterctl
-ifneq ($(PGDISCOVER),)
 	$(GO) build -o bin/pgdiscover ./cmd/pgdiscover
-endif
 
 setup:
 	./scripts/setup.sh

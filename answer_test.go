@@ -204,9 +204,9 @@ func (w *copyWriter) WriteMsg(m *dns.Msg) error {
 	return w.ResponseWriter.WriteMsg(m)
 }
 
-// Item 1 of issue 6: nothing reachable from the snapshot may be handed to a
-// writer; CoreDNS's writers append OPT records, truncate in place and rewrite
-// TTLs. Run with -race: queries run concurrently.
+// Nothing reachable from the snapshot may be handed to a writer; CoreDNS's
+// writers append OPT records, truncate in place and rewrite TTLs. Run with
+// -race: queries run concurrently.
 func TestAnswerLeavesSnapshotAlone(t *testing.T) {
 	p := bigPlugin()
 	before := fingerprint(p.snapshot())
@@ -290,9 +290,9 @@ func checkGlue(m *dns.Msg) error {
 	return nil
 }
 
-// Item 7 of issue 6: an answer takes as many records as fit the client's
-// buffer, never more (CoreDNS's Truncate then has nothing to cut), and not
-// much fewer; TC is set over UDP when records were left out, never over TCP.
+// An answer takes as many records as fit the client's buffer, never more
+// (CoreDNS's Truncate then has nothing to cut), and not much fewer; TC is set
+// over UDP when records were left out, never over TCP.
 func TestAnswerFitsBuffer(t *testing.T) {
 	p := bigPlugin()
 	snap := p.snapshot()
@@ -389,9 +389,8 @@ func checkFit(snap *snapshot, q ask, wrote, got *dns.Msg) error {
 	return nil
 }
 
-// Item 7 of issue 6: SRV records rotate as addresses do, so that over as
-// many queries as the set has records, each one comes first once, however
-// few fit in one answer.
+// SRV records rotate as addresses do, so that over as many queries as the set
+// has records, each one comes first once, however few fit in one answer.
 func TestAnswerRotation(t *testing.T) {
 	p := bigPlugin()
 	for _, q := range []ask{

@@ -150,9 +150,9 @@ func scaleRows(n, clusters, aliases int) ([]Node, []Alias) {
 }
 
 // BenchmarkBuildScale is a whole-zone build at a provider's scale (what a
-// first load does): nodes in clusters of ten, with an alias per ten
-// clusters (1,000 clusters) or per cluster (5,000). Issue 9 guards that no
-// quadratic path is left in building.
+// first load does): nodes in clusters of ten, with an alias per ten clusters
+// (1,000 clusters) or per cluster (5,000). It shows a quadratic path in
+// building as a time per node that grows from 10,000 to 50,000 nodes.
 func BenchmarkBuildScale(b *testing.B) {
 	for _, sc := range []struct{ n, clusters, aliases int }{{10000, 1000, 1000}, {50000, 1000, 1000}, {50000, 5000, 5000}} {
 		b.Run(fmt.Sprintf("nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {

@@ -151,7 +151,8 @@ func checkSettings(t *testing.T, p *PgCluster, cfg *settings) {
 		}
 		return
 	}
-	// Redis without checks serves the registry relay only (issue 12).
+	// Redis without checks serves the registry relay only: with the relay
+	// off too, it would serve nothing.
 	if !cfg.checksOn() && cfg.relayOff {
 		t.Fatal("redis without check, relay off: Redis for nothing")
 	}

@@ -29,7 +29,7 @@ func query(t *testing.T, p *PgCluster, name string, qtype uint16) *dns.Msg {
 }
 
 // A cluster in split brain with many long-named primaries still has a TXT
-// record that packs, naming a bounded number of them (issue 6, item 4).
+// record that packs, naming a bounded number of them.
 func TestSplitBrainTXTPacks(t *testing.T) {
 	for _, tc := range []struct{ n, label int }{{5, 63}, {25, 10}, {300, 63}} {
 		var nodes []Node
@@ -59,7 +59,7 @@ func TestSplitBrainTXTPacks(t *testing.T) {
 }
 
 // An alias chain longer than an answer may follow is skipped at load, with a
-// reason; the chain up to that depth is served (issue 6, item 5).
+// reason; the chain up to that depth is served.
 func TestAliasChainTooDeep(t *testing.T) {
 	var aliases []Alias
 	for i := 1; i <= 20; i++ {
@@ -105,7 +105,7 @@ func Addrs(m *dns.Msg) []string {
 }
 
 // Of two aliases that differ only in case, the lower-case one wins, as for
-// nodes (issue 6, item 16).
+// nodes.
 func TestAliasCaseDuplicate(t *testing.T) {
 	nodes := append(testNodes(), node("other2", "y1", "192.0.2.31", "primary"))
 	for _, order := range [][]Alias{
@@ -120,8 +120,8 @@ func TestAliasCaseDuplicate(t *testing.T) {
 	}
 }
 
-// No owner name longer than 255 octets is built: such rows are skipped with
-// a reason (issue 6, item 9).
+// No owner name longer than 255 octets is built: such rows are skipped with a
+// reason.
 func TestNamesTooLong(t *testing.T) {
 	zone := strings.Repeat("z", 63) + "." + strings.Repeat("y", 63) + "." + strings.Repeat("x", 40) + ".lan."
 	l63 := func(c byte) string { return strings.Repeat(string(c), 63) }

@@ -359,9 +359,9 @@ func TestOddRoleTXT(t *testing.T) {
 	}
 }
 
-// Item 16 of issue 6: NOTIFY is no query, and zone transfers are refused as
-// CoreDNS's file plugin refuses them without the transfer plugin. The
-// plugin returns the rcode and writes nothing: CoreDNS's server writes it.
+// NOTIFY is no query, and zone transfers are refused as CoreDNS's file plugin
+// refuses them without the transfer plugin. The plugin returns the rcode and
+// writes nothing: CoreDNS's server writes it.
 func TestOpcodeAndTransfer(t *testing.T) {
 	p := newTestPlugin(buildInput{nodes: testNodes()})
 	notify := new(dns.Msg)

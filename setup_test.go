@@ -76,19 +76,19 @@ func TestSetupParse(t *testing.T) {
 		{"pgcluster {\n postgres " + dsn + "\n colour blue\n}", `unknown property "colour"`, nil},
 		{"pgcluster {\n postgres " + dsn + "\n}\npgcluster {\n postgres " + dsn + "\n}", "only be used once", nil},
 
-		// Item 13: a DSN that cannot be parsed.
+		// A DSN that cannot be parsed.
 		{"pgcluster {\n postgres not-a-dsn\n}", "postgres: the DSN cannot be used: failed to parse as keyword/value", nil},
 		{"pgcluster {\n postgres :notaport\n}", "postgres: the DSN cannot be used", nil},
 		{"pgcluster {\n postgres sslmode=bogus\n}", "postgres: the DSN cannot be used: failed to configure TLS (sslmode is invalid)", nil},
 		{"pgcluster {\n postgres postgres:///registry?host=/tmp&sslmode=bogus\n}", "sslmode is invalid", nil},
 		{"pgcluster {\n postgres postgres://dns@db:notaport/registry\n}", "postgres: the DSN cannot be used: invalid port", nil},
 		{"pgcluster {\n postgres \"host=db connect_timeout=soon\"\n}", "postgres: the DSN cannot be used: invalid connect_timeout", nil},
-		// Item 13: durations below their floor.
+		// Durations below their floor.
 		{"pgcluster {\n postgres " + dsn + "\n refresh 1ns\n}", "refresh: 1ns is below the minimum of 1s", nil},
 		{"pgcluster {\n postgres " + dsn + "\n refresh 999ms\n}", "refresh: 999ms is below the minimum of 1s", nil},
 		{"pgcluster {\n postgres " + dsn + "\n stale_after 1ns\n}", "stale_after: 1ns is below the minimum of 1s", nil},
 		{"pgcluster {\n postgres " + dsn + "\n stale_after 500ms\n}", "stale_after: 500ms is below the minimum of 1s", nil},
-		// Item 13: self addresses no client could use.
+		// Self addresses no client could use.
 		{"pgcluster {\n postgres " + dsn + "\n self pg1 0.0.0.0\n}", "self pg1: 0.0.0.0 is the unspecified address", nil},
 		{"pgcluster {\n postgres " + dsn + "\n self pg1 ::\n}", "self pg1: :: is the unspecified address", nil},
 		{"pgcluster {\n postgres " + dsn + "\n self pg1 fe80::1%eth0\n}", "self pg1: fe80::1%eth0 has a zone (%eth0)", nil},
@@ -102,10 +102,10 @@ func TestSetupParse(t *testing.T) {
 		{"pgcluster {\n postgres " + dsn + "\n self pg1 ::ffff:127.0.0.1\n}", "self pg1: ::ffff:127.0.0.1 is a loopback address", nil},
 		{"pgcluster {\n postgres " + dsn + "\n self a/b/c\n}", `self: node "a/b/c" is not a node name or cluster/name`, nil},
 		{"pgcluster {\n postgres " + dsn + "\n self pg_1\n}", `self: node "pg_1" is not a node name or cluster/name`, nil},
-		// Item 13: fallthrough zones must be domain names.
+		// Fallthrough zones must be domain names.
 		{"pgcluster {\n postgres " + dsn + "\n fallthrough not..a..zone\n}", `fallthrough: zone "not..a..zone" is not a domain name`, nil},
 		{"pgcluster {\n postgres " + dsn + "\n fallthrough a.lan .b.lan\n}", `fallthrough: zone ".b.lan" is not a domain name`, nil},
-		// Item 13: every option at most once; self at most once per node.
+		// Every option at most once; self at most once per node.
 		{"pgcluster {\n postgres " + dsn + "\n ttl 5\n ttl 30\n}", "ttl: given twice", nil},
 		{"pgcluster {\n postgres " + dsn + "\n postgres postgres://other@h/db\n}", "postgres: given twice", nil},
 		{"pgcluster {\n postgres " + dsn + "\n refresh 5s\n refresh 10s\n}", "refresh: given twice", nil},
@@ -114,8 +114,7 @@ func TestSetupParse(t *testing.T) {
 		{"pgcluster {\n postgres " + dsn + "\n fallthrough\n fallthrough a.lan\n}", "fallthrough: given twice", nil},
 		{"pgcluster {\n postgres " + dsn + "\n self pg1\n self pg1 192.0.2.1\n}", "self pg1: given twice", nil},
 		{"pgcluster {\n postgres " + dsn + "\n self local/pg1\n self LOCAL/PG1\n}", "self local/pg1: given twice", nil},
-		// Item 8: zones of one block may not overlap; item 13: zones must be
-		// domain names.
+		// Zones of one block may not overlap and must be domain names.
 		{"pgcluster pgcluster.lan sub.pgcluster.lan {\n postgres " + dsn + "\n}", `zones "pgcluster.lan." and "sub.pgcluster.lan." overlap`, nil},
 		{"pgcluster sub.pgcluster.lan pgcluster.lan {\n postgres " + dsn + "\n}", `zones "pgcluster.lan." and "sub.pgcluster.lan." overlap`, nil},
 		{"pgcluster a.lan b.lan A.LAN. {\n postgres " + dsn + "\n}", `zone "a.lan." is given twice`, nil},
@@ -146,7 +145,7 @@ func TestSetupParse(t *testing.T) {
 }
 
 // TestSetupOverlappingServerBlockZones refuses overlapping zones taken from
-// the server block's keys (item 8), not only from the pgcluster line.
+// the server block's keys, not only from the pgcluster line.
 func TestSetupOverlappingServerBlockZones(t *testing.T) {
 	c := caddy.NewTestController("dns", "pgcluster {\n postgres "+dsn+"\n}")
 	c.ServerBlockKeys = []string{"pgcluster.lan.:53", "sub.pgcluster.lan.:53"}
@@ -156,8 +155,8 @@ func TestSetupOverlappingServerBlockZones(t *testing.T) {
 	}
 }
 
-// TestSetupDSNErrorHidesPassword: a DSN that cannot be parsed is refused
-// with the reason, never with the password (item 13).
+// TestSetupDSNErrorHidesPassword: a DSN that cannot be parsed is refused with
+// the reason, never with the password.
 func TestSetupDSNErrorHidesPassword(t *testing.T) {
 	for _, d := range []string{
 		"postgres://dns:s3cret@secrethost:notaport/registry",

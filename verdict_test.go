@@ -18,8 +18,8 @@ func txtOf(s *snapshot, name string) string {
 }
 
 // A heartbeat too old or too far in the future for a time.Duration arrives
-// clamped; one in the future by more than stale_after is as untrustworthy as
-// a stale one (issue 6, item 3).
+// clamped; one in the future by more than stale_after is as untrustworthy as a
+// stale one.
 func TestHeartbeatBounds(t *testing.T) {
 	cases := []struct {
 		age    time.Duration
@@ -50,8 +50,7 @@ func TestHeartbeatBounds(t *testing.T) {
 	}
 }
 
-// Addresses no client can connect to are out, with the reason (issue 6,
-// item 6).
+// Addresses no client can connect to are out, with the reason.
 func TestUnusableAddresses(t *testing.T) {
 	for _, a := range []string{"0.0.0.0", "::", "224.0.0.1", "ff02::1", "255.255.255.255", "169.254.1.1", "fe80::1"} {
 		n := node("local", "pg1", a, "primary")
@@ -87,9 +86,8 @@ func TestUnusableAddresses(t *testing.T) {
 	}
 }
 
-// While a node stays stale, the content hash (so the serial) and the
-// verdicts (so the log) stay the same: only TXT's detail shows the age
-// (issue 6, item 12).
+// While a node stays stale, the content hash (so the serial) and the verdicts
+// (so the log) stay the same: only TXT's detail shows the age.
 func TestStaleVerdictStable(t *testing.T) {
 	in := buildInput{settings: &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second}, nodes: testNodes()}
 	in.nodes[1].HeartbeatAge = 11 * time.Second
@@ -121,7 +119,7 @@ func TestStaleVerdictStable(t *testing.T) {
 	}
 }
 
-// A role is trimmed and folded: 'Primary ' is a primary (issue 6, item 16).
+// A role is trimmed and folded: 'Primary ' is a primary.
 func TestRoleTrimmed(t *testing.T) {
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: []Node{node("local", "pg1", "192.0.2.1", " Primary ")}})
 	if got := addrsOf(entryOf(s, "primary.local."+testZone)); got != "192.0.2.1" {
@@ -129,9 +127,8 @@ func TestRoleTrimmed(t *testing.T) {
 	}
 }
 
-// A self option naming a node the registry lacks is warned about once, not
-// at every load, and again only after the node came and went (issue 6,
-// item 13).
+// A self option naming a node the registry lacks is warned about once, not at
+// every load, and again only after the node came and went.
 func TestSelfUnknownNodeWarnsOnce(t *testing.T) {
 	logs := captureLog(t)
 	pb := newPublisher(&settings{zones: []string{testZone}, ttl: 5,

@@ -175,11 +175,8 @@ type QueryError struct {
 
 // Error tells on one line, of bounded length, why the attempts failed.
 func (e *QueryError) Error() string {
-	msgs := make([]string, len(e.Errs))
-	for i, err := range e.Errs {
-		msgs[i] = err.Error()
-	}
-	return fmt.Sprintf("discovery: %s %s: no answer: %s", e.Name, dns.TypeToString[e.Type], failures("attempts", msgs))
+	attempts := &joined{what: "attempts", errs: e.Errs}
+	return fmt.Sprintf("discovery: %s %s: no answer: %s", e.Name, dns.TypeToString[e.Type], attempts)
 }
 
 // Unwrap returns the attempts' errors.

@@ -16,16 +16,15 @@ import (
 	"time"
 )
 
-// BenchmarkProbeCost measures what tcp checks cost (issue 7, Done means 6):
-// 1,000 and 10,000 targets at interval 1s, for 20s each once all are Up
-// (HEALTH_BENCH_DURATION overrides, e.g. 5s). The targets are listeners on
-// 127.0.0.1-127.0.0.10, 250 targets per listener, that accept and close; they
-// run in a child process (this test binary, see TestMain), so that the figures
-// are the checker's alone. It reports the checker's CPU in cores (getrusage,
-// user+system), its resident set at the end and its peak (/proc/self/status
-// VmRSS, VmHWM), the probes run per second, and the listeners' CPU apart.
-// b.N is ignored: one run is one measurement. Goal: 10,000 targets under 0.5
-// core and 200 MB.
+// BenchmarkProbeCost measures what tcp checks cost: 1,000 and 10,000 targets
+// at interval 1s, for 20s each once all are Up (HEALTH_BENCH_DURATION
+// overrides, e.g. 5s). The targets are listeners on 127.0.0.1-127.0.0.10, 250
+// targets per listener, that accept and close; they run in a child process
+// (this test binary, see TestMain), so that the figures are the checker's
+// alone. It reports the checker's CPU in cores (getrusage, user+system), its
+// resident set at the end and its peak (/proc/self/status VmRSS, VmHWM), the
+// probes run per second, and the listeners' CPU apart. b.N is ignored: one run
+// is one measurement. Goal: 10,000 targets under 0.5 core and 200 MB.
 //
 //	go test -run '^$' -bench ProbeCost ./health/
 func BenchmarkProbeCost(b *testing.B) {

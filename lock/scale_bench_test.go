@@ -16,8 +16,8 @@ import (
 	"unsafe"
 )
 
-// The scale benchmark's interval: the measurement's, and the
-// health package's default.
+// The scale benchmark's interval: the health package's default, so that the
+// figures are those of a fleet left at the defaults.
 const scaleInterval = 2 * time.Second
 
 // Defaults of the scale benchmark's environment (see BenchmarkScale).
@@ -72,7 +72,7 @@ const (
 // The environment picks what runs:
 //
 //	SCALE_SIZES   instances x backends, comma-separated (default
-//	              20x1000,100x1000); the full set is
+//	              20x1000,100x1000); a full run names
 //	              20x1000,100x1000,300x1000,20x10000,100x10000,300x10000
 //	SCALE_WINDOW  the steady state measured (default 20s)
 //	SCALE_FLIPS   rounds of 10 backends down and up again (default 3)
@@ -122,8 +122,8 @@ func BenchmarkScale(b *testing.B) {
 // SCALE_BUDGET too):
 //
 //	SCALE_STALL_SIZES  instances x backends (default 20x1000)
-//	SCALE_STALLS       how long Redis stalls (default 600ms,10s; the issue's
-//	                   set adds 2s)
+//	SCALE_STALLS       how long Redis stalls (default 600ms,10s; a full
+//	                   run adds 2s)
 //	SCALE_STALL_KINDS  pause, sigstop or both (default both)
 func BenchmarkScaleStall(b *testing.B) {
 	oneShot(b)

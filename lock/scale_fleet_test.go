@@ -20,8 +20,8 @@ import (
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
-// Settings of the scale benchmark's fleets: a tcp check as the issue's
-// measurement ran it, and the default rise and fall.
+// Settings of the scale benchmark's fleets: a tcp check with a 500ms timeout,
+// and the default rise and fall.
 const (
 	scalePrefix  = "scale:"
 	scaleTimeout = 500 * time.Millisecond

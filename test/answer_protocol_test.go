@@ -7,9 +7,9 @@ import (
 	"github.com/miekg/dns"
 )
 
-// Item 16 of issue 6: the zone is no secondary, so NOTIFY is not
-// implemented, and it has no transfer plugin, so AXFR and IXFR are refused,
-// as CoreDNS's file plugin refuses them.
+// The zone is no secondary, so NOTIFY is not implemented, and it has no
+// transfer plugin, so AXFR and IXFR are refused, as CoreDNS's file plugin
+// refuses them.
 func TestAnswerNotifyAndTransfer(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)

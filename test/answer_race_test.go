@@ -65,11 +65,12 @@ func checkSRV(m *dns.Msg) error {
 	return nil
 }
 
-// Item 1 of issue 6: EDNS0 SRV queries whose answer CoreDNS's writer
-// truncates, many at once over UDP and TCP, through the real server and its
-// writer chain. Before the fix, the writers wrote into the live snapshot:
-// -race reports it, the TCP answer then has duplicate glue with OPT in the
-// middle, and the process crashes under load.
+// Nothing reachable from the snapshot is handed to CoreDNS's writers: EDNS0
+// SRV queries whose answer CoreDNS's writer truncates, many at once over UDP
+// and TCP, through the real server and its writer chain. Before the fix, the
+// writers wrote into the live snapshot: -race reports it, the TCP answer then
+// has duplicate glue with OPT in the middle, and the process crashes under
+// load.
 func TestAnswerConcurrentTruncation(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, bigRegistry)

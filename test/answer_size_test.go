@@ -17,9 +17,9 @@ INSERT INTO pgcluster_nodes(cluster, name, address, role)
          'standby'
   FROM generate_series(1, 2000) i;`
 
-// Item 7 of issue 6: an answer holds what fits the client's buffer, chosen
-// by rotation over every serving node: over UDP with TC set when records were
-// left out, over TCP up to 64 KB without TC, and SRV answers rotate too.
+// An answer holds what fits the client's buffer, chosen by rotation over every
+// serving node: over UDP with TC set when records were left out, over TCP up
+// to 64 KB without TC, and SRV answers rotate too.
 func TestAnswerLargeCluster(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, largeCluster)

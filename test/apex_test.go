@@ -17,11 +17,11 @@ var apexOptions = []string{
 	"soa 4h 1h 336h 30",
 }
 
-// TestApexSameOnEveryInstance: two instances started with the same
-// Corefile give the same answers for the apex and every ns name (issue
-// 14's Done item 2): the NS set, the name servers' addresses and the SOA
-// come from the Corefile, not from the host. The SOA serial is each
-// instance's own (the time it loaded the registry) unless the registry
+// TestApexSameOnEveryInstance: two instances started with the same Corefile
+// give the same answers for the apex and every ns name, so that a resolver
+// asking any of them sees one zone: the NS set, the name servers' addresses
+// and the SOA come from the Corefile, not from the host. The SOA serial is
+// each instance's own (the time it loaded the registry) unless the registry
 // relay gives the fleet's version, so it is left out of the comparison.
 func TestApexSameOnEveryInstance(t *testing.T) {
 	pg := Registry(t)

@@ -72,7 +72,8 @@ func (s scaleShape) String() string {
 	return fmt.Sprintf("%s / %s / %s", thousands(s.nodes), thousands(s.clusters), thousands(s.aliases))
 }
 
-// BenchmarkRegistryScale is issue 9's end-to-end benchmark: a real
+// BenchmarkRegistryScale is the registry's end-to-end benchmark at a
+// provider's scale (docs/performance.md's tables come from it): a real
 // PostgreSQL on loopback, the built bin/coredns as a separate process and
 // dnsperf. It prints one table:
 //

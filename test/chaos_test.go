@@ -481,13 +481,14 @@ func (r *chaosRun) swap() { r.swapAnswered() }
 // instance answered the new primary (with check postgres: the new roles in
 // the registry, as each node's TXT says).
 //
-// With the registry relay, following means that one of the running
-// instances is the follower and the others read its copy: after the
-// follower is SIGKILLed, or gives its lease up in a long registry outage,
-// nobody reads PostgreSQL until another takes the relay lease over (up to
-// its 3 s TTL), while every instance's registry_up still says 1. A change
-// committed then is served within the lease TTL and a reload (issue 12's
-// bound), not within the checks' budget; so the swap waits for a follower.
+// With the registry relay, following means that one of the running instances
+// is the follower and the others read its copy: after the follower is
+// SIGKILLed, or gives its lease up in a long registry outage, nobody reads
+// PostgreSQL until another takes the relay lease over (up to its 3 s TTL),
+// while every instance's registry_up still says 1. A change committed then is
+// served within the lease TTL and a reload (the relay's bound when its
+// follower dies, docs/fleet.md), not within the checks' budget; so the swap
+// waits for a follower.
 func (r *chaosRun) swapAnswered() time.Duration {
 	if r.pgc != nil {
 		return r.switchover()

@@ -344,10 +344,10 @@ func (w *relayWorld) measureChanges(ins []*Instance, f, n int, bound time.Durati
 	return all, follower
 }
 
-// TestRelay is issue 12's Done items 1 to 6 on a small fleet (make test):
-// one follower of PostgreSQL, the others fed through Redis; the follower
-// killed; PostgreSQL stopped; Redis stopped; a forged copy.
-// BenchmarkFleetRelay measures the figures on 20 instances.
+// TestRelay checks the registry relay on a small fleet (make test): one
+// follower of PostgreSQL, the others fed through Redis; the follower killed;
+// PostgreSQL stopped; Redis stopped; a forged copy. BenchmarkFleetRelay
+// measures the figures on 20 instances.
 func TestRelay(t *testing.T) {
 	const n = 4
 	begin := time.Now()
@@ -358,10 +358,10 @@ func TestRelay(t *testing.T) {
 	})
 }
 
-// BenchmarkFleetRelay is issue 12's Done items on 20 bin/coredns instances,
-// a real redis-server and PostgreSQL on loopback, with 100 changes for the
-// COMMIT -> answer figures; it prints every figure. b.N is ignored: one
-// run is one measurement.
+// BenchmarkFleetRelay runs TestRelay's steps on 20 bin/coredns instances, a
+// real redis-server and PostgreSQL on loopback, with 100 changes for the
+// COMMIT -> answer figures; it prints every figure. b.N is ignored: one run is
+// one measurement.
 //
 //	go test -run '^$' -bench FleetRelay -benchtime 1x ./test/
 func BenchmarkFleetRelay(b *testing.B) {
@@ -372,8 +372,8 @@ func BenchmarkFleetRelay(b *testing.B) {
 	runRelay(b, w, changes, func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
 }
 
-// runRelay runs the items on w, with changes changes for item 2, bounding
-// every wait generously (the figures are reported, not asserted).
+// runRelay runs the numbered steps below on w, with changes changes for step
+// 2, bounding every wait generously (the figures are reported, not asserted).
 func runRelay(t testing.TB, w *relayWorld, changes int, report func(string, ...any)) {
 	ins := w.ins
 	n := len(ins)

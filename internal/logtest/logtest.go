@@ -8,24 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Buffer collects log output; it is safe for concurrent use.
 type Buffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	proc.Buffer
 }
 
 // Line returns the first line logged so far that holds every one of

@@ -138,20 +138,28 @@ func Start(opts Options) (*Postgres, error) {
 		os.RemoveAll(p.Dir)
 		return nil, fmt.Errorf("copy template data directory: %v: %s", err, out)
 	}
-	if err := p.configure(opts.Settings, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"+
+	if err := p.serve(opts, "fsync = off\nfull_page_writes = off\nmax_connections = 200\n"+
 		"wal_level = replica\nmax_wal_senders = 10\n"); err != nil {
-		os.RemoveAll(p.Dir)
-		return nil, err
-	}
-	if err := p.configureTLS(opts.TLS); err != nil {
-		os.RemoveAll(p.Dir)
-		return nil, err
-	}
-	if err := p.listen(opts.Port); err != nil {
-		os.RemoveAll(p.Dir)
 		return nil, err
 	}
 	return p, nil
+}
+
+// serve configures the server in p.Dir (its own settings, then base, then
+// opts.Settings; opts.TLS) and starts it on opts.Port, a free port for 0. On
+// failure it removes p.Dir.
+func (p *Postgres) serve(opts Options, base string) error {
+	err := p.configure(opts.Settings, base)
+	if err == nil {
+		err = p.configureTLS(opts.TLS)
+	}
+	if err == nil {
+		err = p.listen(opts.Port)
+	}
+	if err != nil {
+		os.RemoveAll(p.Dir)
+	}
+	return err
 }
 
 // newPostgres returns a server (not yet made) that runs bin's commands as the

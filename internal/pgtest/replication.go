@@ -44,16 +44,7 @@ func StartStandby(primary *Postgres, opts Options) (*Postgres, error) {
 	}
 	// postgresql.conf came from the primary: its address and socket directory
 	// are overridden by lines appended after them.
-	if err := p.configure(opts.Settings, ""); err != nil {
-		os.RemoveAll(p.Dir)
-		return nil, err
-	}
-	if err := p.configureTLS(opts.TLS); err != nil {
-		os.RemoveAll(p.Dir)
-		return nil, err
-	}
-	if err := p.listen(opts.Port); err != nil {
-		os.RemoveAll(p.Dir)
+	if err := p.serve(opts, ""); err != nil {
 		return nil, err
 	}
 	if err := p.WaitStreaming(StreamingTimeout); err != nil {
