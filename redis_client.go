@@ -250,11 +250,16 @@ func badURLWhy(raw string) string {
 
 var quoted = regexp.MustCompile(` ?"[^"]*"`)
 
+// hostPort matches a host or IP address, with a port or not: what a
+// redis URL without a scheme may be repeated as.
+var hostPort = regexp.MustCompile(`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+)(:[0-9]+)?$`)
+
 // noSchemeWhy answers a redis URL written without a scheme, as redis-cli
-// takes an address (host:port), with the URL to write; the URL is not
-// repeated when it holds a password.
+// takes an address (host:port), with the URL to write. The text is
+// repeated only when it is an address alone: anything else may hold a
+// password (user:password@host, password=...).
 func noSchemeWhy(raw string) string {
-	if strings.Contains(raw, "@") {
+	if !hostPort.MatchString(raw) {
 		return "it has no scheme: write redis:// before it (rediss:// for TLS)"
 	}
 	return "it has no scheme: write redis://" + raw + " (rediss://" + raw + " for TLS)"

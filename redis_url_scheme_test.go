@@ -19,6 +19,7 @@ func TestRedisURLWithoutScheme(t *testing.T) {
 		{"[::1]:6379", "it has no scheme: write redis://[::1]:6379 (rediss://[::1]:6379 for TLS)"},
 		{":s3cret@127.0.0.1:6379", "it has no scheme: write redis:// before it (rediss:// for TLS)"},
 		{"pgcluster:s3cret@redis:6379", "it has no scheme: write redis:// before it (rediss:// for TLS)"},
+		{"password=s3cret", "it has no scheme: write redis:// before it (rediss:// for TLS)"},
 	} {
 		c := caddy.NewTestController("dns", "pgcluster {\n postgres "+dsn+"\n check tcp\n redis "+tc.url+"\n}")
 		_, _, err := parse(c)
