@@ -61,6 +61,8 @@ func newChecks(cfg *settings) (*checks, error) {
 		Interval: cfg.interval,
 		Timeout:  cfg.timeout,
 		Secret:   cfg.redisSecret,
+		Token:    cfg.token,
+		Name:     cfg.instance,
 		WAL:      cfg.maxLag > 0,
 		Logf:     redisLogf(rediserr.Watch(rdb)),
 		Observer: fleetObserver{zone},

@@ -183,7 +183,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	rc, err := lock.NewRegistryCopy(rdb, set.redisPrefix, set.redisSecret, relayLease)
+	rc, err := lock.NewRegistryCopy(rdb, set.redisPrefix, set.redisSecret, relayLease, set.token)
 	if err != nil {
 		rdb.Close()
 		return nil, err

@@ -544,7 +544,7 @@ func TestRelayRegistryUpWhenRefused(t *testing.T) {
 	}
 	id.sys = sys
 	rdb := g.rs.Client(t)
-	fc, err := lock.NewRegistryCopy(rdb, g.prefix, []byte(relayAttackSecret), relayLease)
+	fc, err := lock.NewRegistryCopy(rdb, g.prefix, []byte(relayAttackSecret), relayLease, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,6 +69,10 @@ type settings struct {
 	// instance is how this instance shows itself next to its tokens in
 	// Redis: its host and DNS listener (instanceName); set at start.
 	instance string
+	// token names this instance in Redis, for its checks' coordinator
+	// and its registry relay alike (one instance, one token); drawn at
+	// start, "" without redis.
+	token string
 }
 
 // Check types, and what to answer when every node of a name fails its check.

@@ -11,6 +11,8 @@ import (
 	"github.com/coredns/coredns/core/dnsserver"
 	"github.com/coredns/coredns/plugin"
 	clog "github.com/coredns/coredns/plugin/pkg/log"
+
+	"github.com/pgcluster/pgcluster/lock"
 )
 
 var log = clog.NewWithPlugin("pgcluster")
@@ -76,6 +78,13 @@ func setup(c *caddy.Controller) error {
 // a Corefile reload) last loaded.
 func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 	cfg.resolveAddrs()
+	if cfg.redisURL != "" {
+		token, err := lock.NewToken()
+		if err != nil {
+			log.Errorf("Redis: %v", err)
+		}
+		cfg.token = token
+	}
 	pb, done, err := startPublisher(ctx, cfg)
 	if err != nil {
 		// parse validated every option: only a bug gets here.

@@ -61,6 +61,14 @@ type Config struct {
 	Secret []byte
 	// WAL: a moved WAL position is news to publish (lag is judged).
 	WAL bool
+	// Token names this instance in Redis; "" draws a fresh one (see
+	// NewToken).
+	Token string
+	// Name is this instance's host and DNS listener (for example
+	// "dns-2:53"), stored beside its membership (signed with Secret) so
+	// that tools show its token with the host it names (Fleet's
+	// Member.Name); cut to 200 bytes. "" stores none.
+	Name string
 	// Logf, when set, hears each change of mode and each failure worth a
 	// line; those that what is read from Redis can cause, at most one per
 	// kind per minute (internal/ratelog).
@@ -169,11 +177,11 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		return nil, err
 	}
 	cfg.Resync = b.resync
-	l, err := NewLeases(rdb, cfg.Prefix)
+	l, err := leasesOf(rdb, cfg.Prefix, cfg.Token)
 	if err != nil {
 		return nil, err
 	}
-	l.secret = cfg.Secret
+	l.secret, l.name = cfg.Secret, clipName(cfg.Name)
 	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
 	if err != nil {
 		return nil, err

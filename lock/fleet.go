@@ -43,6 +43,11 @@ type Fleet struct {
 type Member struct {
 	Token string    // the instance's token: the value of the leases it holds
 	Until time.Time // when its membership lapses unless it renews it (Redis's clock)
+	// Name is the host and DNS listener the instance stored beside its
+	// membership (Config.Name; signed with the secret when there is one),
+	// "" when it stored none or its name was refused (NameErr says why).
+	Name    string
+	NameErr error
 }
 
 // KeyState is what Redis holds for one key.
@@ -173,9 +178,9 @@ func ReadFleet(ctx context.Context, rdb redis.UniversalClient, cfg Config, keys 
 // at most maxMembers, into f: those that pass vetting as the instances'
 // heartbeat vets them into Members, the others into Refused.
 func readMembers(ctx context.Context, rdb redis.UniversalClient, cfg Config, b bounds, f *Fleet) error {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
 	defer cancel()
-	zs, err := rdb.ZRangeByScoreWithScores(ctx, membersKey(cfg.Prefix), &redis.ZRangeBy{
+	zs, err := rdb.ZRangeByScoreWithScores(cctx, membersKey(cfg.Prefix), &redis.ZRangeBy{
 		Min: strconv.FormatInt(f.Now.UnixMilli(), 10), Max: "+inf", Count: maxMembers,
 	}).Result()
 	if err != nil && replyError(err) {
@@ -188,6 +193,7 @@ func readMembers(ctx context.Context, rdb redis.UniversalClient, cfg Config, b b
 		return fmt.Errorf("lock: read the members under %q: %w", cfg.Prefix, err)
 	}
 	limit := f.Now.Add(b.memberAhead())
+	entries := map[string]string{} // member entry by token
 	for _, z := range zs {
 		entry, _ := z.Member.(string)
 		until := time.UnixMilli(int64(min(z.Score, float64(math.MaxInt64/2))))
@@ -200,9 +206,38 @@ func readMembers(ctx context.Context, rdb redis.UniversalClient, cfg Config, b b
 				quoteRedis(tok), until.Sub(f.Now).Round(time.Second), b.memberAhead()))
 		case !slices.ContainsFunc(f.Members, func(m Member) bool { return m.Token == tok }):
 			f.Members = append(f.Members, Member{Token: tok, Until: until})
+			entries[tok] = entry
 		}
 	}
 	slices.SortFunc(f.Members, func(a, b Member) int { return strings.Compare(a.Token, b.Token) })
+	return readNames(ctx, rdb, cfg, f.Members, entries)
+}
+
+// readNames reads the names the members stored beside their membership
+// (see Config.Name), vetted: one refused is not shown, and NameErr says
+// why.
+func readNames(ctx context.Context, rdb redis.UniversalClient, cfg Config, members []Member, entries map[string]string) error {
+	if len(members) == 0 {
+		return nil
+	}
+	fields := make([]string, len(members))
+	for i, m := range members {
+		fields[i] = entries[m.Token]
+	}
+	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	defer cancel()
+	vals, err := rdb.HMGet(ctx, namesKey(cfg.Prefix), fields...).Result()
+	if err != nil && replyError(err) {
+		return nil // not a hash: anyone's write, which the next heartbeat replaces
+	}
+	if err != nil {
+		return fmt.Errorf("lock: read the members' names under %q: %w", cfg.Prefix, err)
+	}
+	for i, v := range vals {
+		if s, ok := v.(string); ok && i < len(members) {
+			members[i].Name, members[i].NameErr = nameOf(s, members[i].Token, cfg.Prefix, cfg.Secret)
+		}
+	}
 	return nil
 }
 

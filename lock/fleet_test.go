@@ -191,3 +191,94 @@ func TestReadFleetUnreachable(t *testing.T) {
 		t.Errorf("error %q does not say what failed", err)
 	}
 }
+
+// A member's name (its host and DNS listener) is read with its token, as
+// it stored it beside its membership: shown only when signed with the
+// secret, in printable characters only, and gone with the member, whether
+// it leaves or lapses.
+func TestFleetMemberNames(t *testing.T) {
+	srv := redistest.Start(t)
+	rdb := newClient(t, srv)
+	ctx := context.Background()
+	secret := []byte("0123456789abcdef-names")
+	b, err := fleetConfig("fleet:", secret).bounds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	member := func(name string) *Leases {
+		l, err := NewLeases(rdb, "fleet:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.secret, l.name = secret, name
+		if _, err := l.Heartbeat(ctx, b.memberTTL, b.memberAhead()); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	a, b2, c := member("dns-1.example.com:53"), member("dns-2:53\x1b[2J"), member("")
+	// A name written for c by someone without the secret.
+	if err := rdb.HSet(ctx, namesKey("fleet:"), c.memberEntry(), "forged.host:53").Err(); err != nil {
+		t.Fatal(err)
+	}
+	read := func() map[string]Member {
+		f, err := ReadFleet(ctx, rdb, fleetConfig("fleet:", secret), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]Member{}
+		for _, m := range f.Members {
+			out[m.Token] = m
+		}
+		return out
+	}
+	ms := read()
+	if got := ms[a.Token()]; got.Name != "dns-1.example.com:53" || got.NameErr != nil {
+		t.Errorf("member a: name %q (%v), want dns-1.example.com:53", got.Name, got.NameErr)
+	}
+	if len(ms) != 3 {
+		t.Fatalf("%d members read, want 3", len(ms))
+	}
+	if got := ms[b2.Token()].Name; got != "dns-2:53?[2J" {
+		t.Errorf("member b: name %q, want its control character shown as ?", got)
+	}
+	if got := ms[c.Token()]; got.Name != "" || got.NameErr == nil || !strings.Contains(got.NameErr.Error(), "not signed with the secret") {
+		t.Errorf("member c: name %q (%v), want the forged name refused as not signed", got.Name, got.NameErr)
+	}
+
+	// Read without the secret, nothing is checked (as members are not),
+	// and a name is shown without its signature.
+	f, err := ReadFleet(ctx, rdb, fleetConfig("fleet:", nil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range f.Members {
+		if m.Token == a.Token() && m.Name != "dns-1.example.com:53" {
+			t.Errorf("read without the secret, member a's name is %q, want dns-1.example.com:53", m.Name)
+		}
+	}
+
+	// a leaves: its name goes with it. b lapses: c's next heartbeat drops
+	// b's name.
+	if err := a.Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ZRem(ctx, membersKey("fleet:"), b2.memberEntry()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Heartbeat(ctx, b.memberTTL, b.memberAhead()); err != nil {
+		t.Fatal(err)
+	}
+	names, err := rdb.HKeys(ctx, namesKey("fleet:")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(names, a.memberEntry()) || slices.Contains(names, b2.memberEntry()) {
+		t.Errorf("names of members gone still stored: %q", names)
+	}
+	// c stores no name of its own: the forged one stays refused, and is
+	// anyone's write that c's heartbeat drops.
+	if slices.Contains(names, c.memberEntry()) {
+		t.Errorf("c stores no name, but a name is still stored for it: %q", names)
+	}
+}

@@ -24,6 +24,13 @@ func watermarksKey(prefix string) string {
 	return prefix + "{" + membersKey(prefix) + "}watermarks"
 }
 
+// namesKey names the hash of the members' names (each one's host and DNS
+// listener, for tools to show beside its token), hash-tagged as
+// watermarksKey is.
+func namesKey(prefix string) string {
+	return prefix + "{" + membersKey(prefix) + "}names"
+}
+
 // channel is the Pub/Sub channel statuses under prefix are published on.
 func channel(prefix string) string { return prefix + channelName }
 

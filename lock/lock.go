@@ -101,6 +101,7 @@ type Leases struct {
 	prefix string
 	token  string
 	secret []byte // signs this instance's member entry, checks the others'
+	name   string // this instance's host and DNS listener, stored beside its membership; "" for none
 	lat    latency
 	// seq numbers this instance's publishes (the last number given);
 	// sent is the highest of them Redis confirmed published, its
@@ -111,14 +112,34 @@ type Leases struct {
 // NewLeases returns the leases of a new instance on rdb, with key names
 // under prefix and a fresh random token.
 func NewLeases(rdb redis.UniversalClient, prefix string) (*Leases, error) {
+	return leasesOf(rdb, prefix, "")
+}
+
+// leasesOf returns the leases of an instance on rdb under prefix, whose
+// token is token ("" draws a fresh one).
+func leasesOf(rdb redis.UniversalClient, prefix, token string) (*Leases, error) {
 	if err := checkClient(rdb); err != nil {
 		return nil, err
 	}
+	if token == "" {
+		var err error
+		if token, err = NewToken(); err != nil {
+			return nil, err
+		}
+	}
+	return &Leases{rdb: rdb, prefix: prefix, token: token}, nil
+}
+
+// NewToken draws a fresh random token: what names an instance in Redis
+// (the value of the leases it holds, its membership), shared by its
+// Coordinator and its RegistryCopy (Config.Token, NewRegistryCopy) so
+// that one instance shows as one token.
+func NewToken() (string, error) {
 	b := make([]byte, tokenBytes)
 	if _, err := rand.Read(b); err != nil {
-		return nil, fmt.Errorf("lock: cannot draw a random token: %w", err)
+		return "", fmt.Errorf("lock: cannot draw a random token: %w", err)
 	}
-	return &Leases{rdb: rdb, prefix: prefix, token: hex.EncodeToString(b)}, nil
+	return hex.EncodeToString(b), nil
 }
 
 // Token returns this instance's token, the value stored in the leases it holds.

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"slices"
@@ -109,14 +110,16 @@ func watermarkOf(entry, token, prefix string, secret []byte) (uint64, error) {
 // lapsed members and those whose membership would last more than ARGV[3]
 // ms from now (no instance writes that: a member TTL is below a lease, so
 // such a score is anyone's write, and would count for good), stores the
-// caller's watermark ARGV[5] in the hash KEYS[2] and drops the others of
-// members no longer live, and returns Redis's time in µs (exact in Lua's
-// numbers until the year 2255), at most ARGV[4] members and their
-// watermarks (false where a member stored none). A members key or
-// watermarks key of another type is anyone's write: it is dropped rather
-// than making every heartbeat fail, and so is a watermarks hash grown past
-// twice the members any heartbeat reads (anyone's fields), which every
-// member writes again at its next heartbeat.
+// caller's watermark ARGV[5] in the hash KEYS[2] and its name ARGV[6] in
+// the hash KEYS[3] (none when empty), drops the others' fields of members
+// no longer live from both (when a hash holds more fields than live
+// members could have written), and returns Redis's time in µs (exact in
+// Lua's numbers until the year 2255), at most ARGV[4] members and their
+// watermarks (false where a member stored none). A members key or hash of
+// another type is anyone's write: it is dropped rather than making every
+// heartbeat fail, and so is a hash grown past twice the members any
+// heartbeat reads (anyone's fields), which every member writes again at
+// its next heartbeat.
 var heartbeatScript = redis.NewScript(`
 if redis.replicate_commands then redis.replicate_commands() end
 local t = redis.call('TIME')
@@ -128,25 +131,106 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '(' .. (now + tonumber(ARGV[3])), '+inf')
 local live = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[4]) - 1)
-if type(redis.pcall('HSET', KEYS[2], ARGV[1], ARGV[5])) == 'table' then
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
-end
-local n = redis.call('HLEN', KEYS[2])
-if n > 2 * tonumber(ARGV[4]) then
-  redis.call('DEL', KEYS[2])
-  redis.call('HSET', KEYS[2], ARGV[1], ARGV[5])
-elseif n > #live then
-  local keep = {}
-  for _, m in ipairs(live) do keep[m] = true end
-  for _, f in ipairs(redis.call('HKEYS', KEYS[2])) do
-    if not keep[f] then redis.call('HDEL', KEYS[2], f) end
+local function keep(key, value)
+  if value == '' then
+    redis.pcall('HDEL', key, ARGV[1])
+  elseif type(redis.pcall('HSET', key, ARGV[1], value)) == 'table' then
+    redis.call('DEL', key)
+    redis.call('HSET', key, ARGV[1], value)
+  end
+  local n = redis.pcall('HLEN', key)
+  local fair = #live
+  if value == '' then fair = fair - 1 end
+  if type(n) ~= 'number' then
+    redis.call('DEL', key)
+  elseif n > 2 * tonumber(ARGV[4]) then
+    redis.call('DEL', key)
+    if value ~= '' then redis.call('HSET', key, ARGV[1], value) end
+  elseif n > fair then
+    local live_set = {}
+    for _, m in ipairs(live) do live_set[m] = true end
+    for _, f in ipairs(redis.call('HKEYS', key)) do
+      if not live_set[f] then redis.call('HDEL', key, f) end
+    end
   end
 end
+keep(KEYS[2], ARGV[5])
+keep(KEYS[3], ARGV[6])
 local marks = {}
 if #live > 0 then marks = redis.call('HMGET', KEYS[2], unpack(live)) end
 return {tonumber(t[1]) * 1000000 + tonumber(t[2]), live, marks}
 `)
+
+// maxMemberName bounds a member's name (its host and DNS listener) as
+// stored: longer names are cut to it, and a stored name over it (with its
+// signature) is anyone's write.
+const maxMemberName = 200
+
+// nameEntry is what this instance stores as its name: the name, and with
+// a secret its HMAC over the token and the name, keyed to the prefix, so
+// that no name is shown for a member unless that member wrote it. "" when
+// the instance has no name.
+func (l *Leases) nameEntry() string {
+	if l.name == "" || len(l.secret) == 0 {
+		return l.name
+	}
+	return l.name + memberSep + hex.EncodeToString(mac(l.secret, "name "+l.prefix, []byte(l.token+" "+l.name)))
+}
+
+// nameOf returns the name of token read from Redis, or why it does not
+// count: too long, or, with a secret, without the signature the secret
+// makes for the token and the name (the signature follows the last
+// separator: a name may hold dots, a signature does not).
+func nameOf(entry, token, prefix string, secret []byte) (string, error) {
+	if len(entry) > maxMemberName+1+2*sha256.Size {
+		return "", refuse(refusedLarge, "name of member %s of %d bytes, over %d", quoteRedis(token), len(entry), maxMemberName+1+2*sha256.Size)
+	}
+	i := strings.LastIndex(entry, memberSep)
+	if len(secret) == 0 {
+		// Not checked, as a member's signature is not: one that looks
+		// like a signature is cut off.
+		if i >= 0 && isSignature(entry[i+1:]) {
+			entry = entry[:i]
+		}
+		return printableName(entry), nil
+	}
+	if i < 0 {
+		return "", refuse(refusedUnsigned, "name of member %s has no signature, and redis_secret is set", quoteRedis(token))
+	}
+	name, sig := entry[:i], entry[i+1:]
+	if !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(mac(secret, "name "+prefix, []byte(token+" "+name))))) {
+		return "", refuse(refusedSignature, "name of member %s is not signed with the secret", quoteRedis(token))
+	}
+	return printableName(name), nil
+}
+
+// isSignature reports whether s has the form of a signature: the hex of
+// an HMAC-SHA256.
+func isSignature(s string) bool {
+	_, err := hex.DecodeString(s)
+	return len(s) == 2*sha256.Size && err == nil
+}
+
+// printableName is a name read from Redis as it may be shown: printable
+// ASCII, anything else as '?', so that no one's write can put control
+// characters on an operator's terminal.
+func printableName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c < ' ' || c > '~' {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
+
+// clipName cuts an instance's name to what a member stores.
+func clipName(s string) string {
+	if len(s) <= maxMemberName {
+		return s
+	}
+	return s[:maxMemberName]
+}
 
 // Membership is what a heartbeat read of the fleet.
 type Membership struct {
@@ -176,8 +260,8 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 	}
 	ctx, done := l.call(ctx)
 	defer done()
-	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix), watermarksKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
-		max(ahead, ttl).Milliseconds(), maxMembers, l.watermarkEntry(l.sent.Load())).Slice()
+	res, err := heartbeatScript.Run(ctx, l.rdb, []string{membersKey(l.prefix), watermarksKey(l.prefix), namesKey(l.prefix)}, l.memberEntry(), ttl.Milliseconds(),
+		max(ahead, ttl).Milliseconds(), maxMembers, l.watermarkEntry(l.sent.Load()), l.nameEntry()).Slice()
 	if err != nil {
 		return Membership{}, fmt.Errorf("lock: heartbeat: %w", err)
 	}
@@ -216,7 +300,8 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 	return m, nil
 }
 
-// Leave ends this instance's membership at once, and drops its watermark.
+// Leave ends this instance's membership at once, and drops its watermark
+// and name.
 func (l *Leases) Leave(ctx context.Context) error {
 	ctx, done := l.call(ctx)
 	defer done()
@@ -224,6 +309,7 @@ func (l *Leases) Leave(ctx context.Context) error {
 	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		p.ZRem(ctx, membersKey(l.prefix), entry)
 		p.HDel(ctx, watermarksKey(l.prefix), entry)
+		p.HDel(ctx, namesKey(l.prefix), entry)
 		return nil
 	})
 	// A key of another type (anyone's write) answers with an error: the

@@ -66,15 +66,16 @@ func copyKey(prefix string) string     { return prefix + "{" + registryLease + "
 func copyLogKey(prefix string) string  { return prefix + "{" + registryLease + "}:log" }
 func copyChannel(prefix string) string { return prefix + "registry" }
 
-// NewRegistryCopy returns the copy under prefix on rdb, for a new instance
-// with a fresh token, whose followers hold the registry lease for lease.
+// NewRegistryCopy returns the copy under prefix on rdb, for the instance
+// named by token ("" draws a fresh one: see NewToken), whose followers hold
+// the registry lease for lease.
 // With secret, heads are signed and fields keyed with it, and a copy
 // without them is refused.
-func NewRegistryCopy(rdb redis.UniversalClient, prefix string, secret []byte, lease time.Duration) (*RegistryCopy, error) {
+func NewRegistryCopy(rdb redis.UniversalClient, prefix string, secret []byte, lease time.Duration, token string) (*RegistryCopy, error) {
 	if err := checkTTL(lease); err != nil {
 		return nil, err
 	}
-	l, err := NewLeases(rdb, prefix)
+	l, err := leasesOf(rdb, prefix, token)
 	if err != nil {
 		return nil, err
 	}

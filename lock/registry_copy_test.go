@@ -46,11 +46,11 @@ func newCopies(t *testing.T, secret string) (*redistest.Server, *RegistryCopy, *
 	t.Helper()
 	rs := redistest.Start(t)
 	rdb := rs.Client(t)
-	a, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL)
+	a, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL)
+	b, err := NewRegistryCopy(rdb, "p:", []byte(secret), copyTTL, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func (a *chaosAttacker) replay() {
 // fleet from following its registry, as a frozen follower of its own
 // does, which the checks' budget does not cover).
 func (a *chaosAttacker) otherFleet() {
-	b, err := lock.NewRegistryCopy(a.rdb, defaultPrefix, nil, chaosFleetLease)
+	b, err := lock.NewRegistryCopy(a.rdb, defaultPrefix, nil, chaosFleetLease, "")
 	if err != nil {
 		a.count("7 registry lease taken by another fleet", err)
 		return

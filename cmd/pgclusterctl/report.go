@@ -37,6 +37,10 @@ type fleetReport struct {
 	Redis   string   `json:"redis"` // scheme and hosts, never a password
 	Prefix  string   `json:"prefix"`
 	Members []string `json:"members"` // the live instances' tokens, vetted as the instances vet them
+	// Names holds, by token, the host and DNS listener each live instance
+	// stored beside its membership (vetted: a name not signed with the
+	// secret is not shown).
+	Names map[string]string `json:"names,omitempty"`
 	// Refused says why each member entry no instance counts was refused
 	// (unsigned, wrongly signed, lapsing further ahead than an instance
 	// sets).
@@ -123,6 +127,12 @@ func newFleetReport(f *lock.Fleet, o statusOptions) *fleetReport {
 	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}, Refused: f.Refused}
 	for _, m := range f.Members {
 		fr.Members = append(fr.Members, m.Token)
+		if m.Name != "" {
+			if fr.Names == nil {
+				fr.Names = map[string]string{}
+			}
+			fr.Names[m.Token] = m.Name
+		}
 	}
 	return fr
 }
@@ -301,8 +311,11 @@ func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
 		short := make([]string, len(r.Fleet.Members))
 		for i, m := range r.Fleet.Members {
 			short[i] = shortToken(m)
+			if name := r.Fleet.Names[m]; name != "" {
+				short[i] += " (" + name + ")"
+			}
 		}
-		fmt.Fprintf(w, "fleet    %s, prefix %s, %d live instances: %s\n", r.Fleet.Redis, r.Fleet.Prefix, len(short), strings.Join(short, " "))
+		fmt.Fprintf(w, "fleet    %s, prefix %s, %d live instances: %s\n", r.Fleet.Redis, r.Fleet.Prefix, len(short), strings.Join(short, ", "))
 		if n := len(r.Fleet.Refused); n > 0 {
 			fmt.Fprintf(w, "         %d member entries refused, as the instances refuse them (the first: %s)\n", n, r.Fleet.Refused[0])
 		}
