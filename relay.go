@@ -785,11 +785,11 @@ func (r *relay) ride(err error) {
 // fromRegistry takes an update of the registry followed here: written to
 // the copy first by the follower, applied here either way.
 func (r *relay) fromRegistry(u rowsUpdate) {
-	changed, aliases := r.rows.diff(u, r.set.staleAfter)
 	if r.role != roleFollower {
 		r.apply(u, u.loadedAt)
 		return
 	}
+	changed, aliases := r.rows.diff(u, r.set.staleAfter)
 	if r.written && len(changed) == 0 && !aliases {
 		u.version = r.st.Version
 		r.apply(u, u.loadedAt)
