@@ -13,7 +13,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestBinary runs the real bin/coredns: it lists dns.pgcluster, serves the
@@ -27,7 +27,7 @@ func TestBinary(t *testing.T) {
 
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)
-	port, err := pgtest.FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
@@ -550,7 +551,7 @@ func TestRelayReload(t *testing.T) {
 	w := &relayWorld{t: t, pg: Registry(t), rs: redistest.Start(t), last: 1}
 	w.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES ('local', 'n0', '192.0.2.1', 5432, 'primary')")
 	w.connect()
-	port, err := pgtest.FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

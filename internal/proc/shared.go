@@ -48,3 +48,17 @@ func FreeDNSPort() (int, error) {
 	}
 	return 0, errors.Join(errors.New("no loopback port free for both TCP and UDP"), last)
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago:
+// nothing listens there, so connections to it are refused.
+func FreePort() (int, error) { return FreePortOn("127.0.0.1") }
+
+// FreePortOn returns a TCP port on host that was free a moment ago.
+func FreePortOn(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("find a free port on %s: %w", host, err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
