@@ -2,11 +2,10 @@ package coretest
 
 import (
 	"errors"
-	"fmt"
 	"io"
-	"net"
-	"strconv"
 	"sync"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Ports are the loopback ports an instance listens on.
@@ -57,24 +56,14 @@ func FreePorts(dns int, claims *Claims) (Ports, error) {
 	}()
 	listen := func(udp bool) (int, error) {
 		for range 10 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return 0, fmt.Errorf("find a free loopback port: %w", err)
+			p, h, err := proc.HoldPort("127.0.0.1", udp)
+			held = append(held, h...)
+			if err != nil || !claims.claimed(p) {
+				return p, err
 			}
-			held = append(held, l)
-			p := l.Addr().(*net.TCPAddr).Port
-			if claims.claimed(p) {
-				continue // held until the end: not picked again here
-			}
-			if !udp {
-				return p, nil
-			}
-			if u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
-				held = append(held, u)
-				return p, nil
-			}
+			// A claimed port is held until the end: not picked again here.
 		}
-		return 0, errors.New("find a free loopback port: none free for both TCP and UDP in 10 tries")
+		return 0, errors.New("find a free loopback port: every one found in 10 tries was claimed")
 	}
 	p := Ports{DNS: dns}
 	for i, dst := range []*int{&p.DNS, &p.Metrics, &p.Health, &p.Ready} {
