@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // connectedHost names the server a session is connected to: with a
@@ -20,7 +21,7 @@ func TestConnectedHost(t *testing.T) {
 	defer cancel()
 	primary := pgtest.New(t, pgtest.Options{Host: "127.0.0.2"})
 	standby := pgtest.NewStandby(t, primary, pgtest.Options{Host: "127.0.0.3"})
-	closed, err := pgtest.FreePort() // nothing listens there
+	closed, err := proc.FreePort() // nothing listens there
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ package deploy
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,15 +14,14 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
-	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Zone is the zone every Corefile of deploy/ serves.
@@ -35,9 +33,8 @@ const (
 	readyTimeout = 60 * time.Second
 	// stopTimeout bounds the wait for an instance to exit after SIGTERM.
 	stopTimeout = 15 * time.Second
-	// starts is how many times runCoreDNS tries fresh ports when the
-	// instance exits because another process took one.
-	starts = 3
+	// queryTimeout bounds one query to an instance.
+	queryTimeout = 500 * time.Millisecond
 )
 
 // testNode is the node every test registry holds: a documentation address
@@ -72,30 +69,7 @@ func registry(t testing.TB, opts ...pgtest.Options) *pgtest.Postgres {
 }
 
 // ports are the loopback ports one CoreDNS instance listens on.
-type ports struct {
-	DNS, Health, Ready, Metrics int
-}
-
-// freePorts picks four distinct loopback ports, the DNS one free for both
-// TCP and UDP.
-func freePorts() (ports, error) {
-	var p ports
-	seen := map[int]bool{}
-	for _, dst := range []*int{&p.DNS, &p.Health, &p.Ready, &p.Metrics} {
-		for {
-			port, err := proc.FreeDNSPort()
-			if err != nil {
-				return p, err
-			}
-			if !seen[port] {
-				seen[port] = true
-				*dst = port
-				break
-			}
-		}
-	}
-	return p, nil
-}
+type ports = coretest.Ports
 
 // The listeners of the Corefiles in deploy/ that localize moves to loopback.
 var (
@@ -126,11 +100,7 @@ func localize(corefile string, p ports) (string, error) {
 }
 
 // instance is one CoreDNS process started by a test.
-type instance struct {
-	ports
-	p   *proc.Process
-	log *proc.Buffer
-}
+type instance struct{ *coretest.Instance }
 
 // runCoreDNS starts the command mk returns for free loopback ports and waits
 // until it answers the SOA of Zone over UDP. An instance that exits because a
@@ -138,79 +108,24 @@ type instance struct {
 // test ends the instance is stopped, its log shown if the test failed.
 func runCoreDNS(t testing.TB, mk func(p ports) (*exec.Cmd, error)) *instance {
 	t.Helper()
-	for try := 1; ; try++ {
-		in := startCoreDNS(t, mk)
-		err := in.wait(readyTimeout, in.soa)
-		if err == nil {
-			return in
-		}
-		if in.p.Exited() && strings.Contains(in.log.String(), "address already in use") && try < starts {
-			continue
-		}
-		t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.log)
-	}
+	return &instance{coretest.Start(t, coreDNSConfig(mk))}
 }
 
 // startCoreDNS starts the command mk returns for free loopback ports,
 // without waiting for it to answer.
 func startCoreDNS(t testing.TB, mk func(p ports) (*exec.Cmd, error)) *instance {
 	t.Helper()
-	p, err := freePorts()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd, err := mk(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := &instance{ports: p, log: &proc.Buffer{}}
-	cmd.Stdout, cmd.Stderr = in.log, in.log
-	if in.p, err = proc.Start(cmd); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := in.p.Stop(stopTimeout); err != nil {
-			t.Errorf("coredns on port %d: %v", in.DNS, err)
-		}
-		if t.Failed() {
-			t.Logf("coredns on port %d (%s); its log:\n%s", in.DNS, in.p.State(), in.log)
-		}
-	})
-	return in
+	return &instance{coretest.StartNoWait(t, coreDNSConfig(mk))}
 }
 
-// wait polls cond until it returns nil, failing after timeout or as soon as
-// the process exits.
-func (in *instance) wait(timeout time.Duration, cond func() error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := cond()
-		if err == nil {
-			return nil
-		}
-		if in.p.Exited() {
-			return fmt.Errorf("exited (%s): %w", in.p.State(), err)
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("after %v: %w", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+// coreDNSConfig is how the tests start the command mk returns.
+func coreDNSConfig(mk func(p ports) (*exec.Cmd, error)) coretest.Config {
+	return coretest.Config{
+		Command:      mk,
+		Ready:        coretest.SOA(Zone, queryTimeout),
+		ReadyTimeout: readyTimeout,
+		StopTimeout:  stopTimeout,
 	}
-}
-
-// addr returns the instance's DNS address.
-func (in *instance) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(in.DNS)) }
-
-// soa asks for the SOA of Zone over UDP.
-func (in *instance) soa() error {
-	r, err := query(in.addr(), Zone, dns.TypeSOA)
-	if err != nil {
-		return err
-	}
-	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
-		return fmt.Errorf("SOA %s: %s with %d answers", Zone, dns.RcodeToString[r.Rcode], len(r.Answer))
-	}
-	return nil
 }
 
 // waitAddrs waits until name's A records are exactly want, failing the test
@@ -219,8 +134,8 @@ func (in *instance) waitAddrs(t testing.TB, name string, want ...string) {
 	t.Helper()
 	slices.Sort(want)
 	var got []string
-	err := in.wait(readyTimeout, func() error {
-		r, err := query(in.addr(), name, dns.TypeA)
+	err := in.Wait(readyTimeout, func() error {
+		r, err := query(in.Addr(), name, dns.TypeA)
 		if err != nil {
 			return err
 		}
@@ -237,7 +152,7 @@ func (in *instance) waitAddrs(t testing.TB, name string, want ...string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.log)
+		t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.Log())
 	}
 }
 
@@ -259,7 +174,7 @@ func (in *instance) get(port int, path string) (int, string, error) {
 // want, failing the test after readyTimeout.
 func (in *instance) waitHTTP(t testing.TB, port int, path, want string) {
 	t.Helper()
-	err := in.wait(readyTimeout, func() error {
+	err := in.Wait(readyTimeout, func() error {
 		code, body, err := in.get(port, path)
 		if err != nil {
 			return err
@@ -273,7 +188,7 @@ func (in *instance) waitHTTP(t testing.TB, port int, path, want string) {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.log)
+		t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.Log())
 	}
 }
 
@@ -281,7 +196,7 @@ func (in *instance) waitHTTP(t testing.TB, port int, path, want string) {
 func query(addr, name string, qtype uint16) (*dns.Msg, error) {
 	m := new(dns.Msg)
 	m.SetQuestion(dns.Fqdn(name), qtype)
-	c := &dns.Client{Net: "udp", Timeout: 500 * time.Millisecond}
+	c := &dns.Client{Net: "udp", Timeout: queryTimeout}
 	r, _, err := c.Exchange(m, addr)
 	return r, err
 }
@@ -304,51 +219,15 @@ func run(t testing.TB, dir string, env []string, name string, args ...string) st
 	return string(out)
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// coreDNSBinary builds cmd/coredns once per test run, statically as make
-// image does, into a directory removed by TestMain. With make image's
-// compile flags (CGO_ENABLED=0, -trimpath; its -ldflags only change the
-// link) the packages compiled for one are in the build cache for the
-// other: the deployment tests compile CoreDNS once, not twice.
-func coreDNSBinary(t testing.TB) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "pgcluster-deploy-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "coredns")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", binPath, "./cmd/coredns")
-		cmd.Dir = mustAbs("..")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/coredns: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
-
-func mustAbs(p string) string {
-	a, err := filepath.Abs(p)
-	if err != nil {
-		panic(err)
-	}
-	return a
-}
+// coreDNSBuild is cmd/coredns, built once per test run, statically as make
+// image does, and removed by TestMain. With make image's compile flags
+// (CGO_ENABLED=0, -trimpath; its -ldflags only change the link) the
+// packages compiled for one are in the build cache for the other: the
+// deployment tests compile CoreDNS once, not twice.
+var coreDNSBuild = coretest.Build{Flags: []string{"-trimpath"}, Env: []string{"CGO_ENABLED=0"}}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	coreDNSBuild.Remove()
 	os.Exit(code)
 }

@@ -90,8 +90,8 @@ func TestImage(t *testing.T) {
 		// The registry's CA is not in the image's bundle yet: verify-full
 		// must refuse its certificate, and the instance must not be ready.
 		in := startCoreDNS(t, mk)
-		err = in.wait(readyTimeout, func() error {
-			if !strings.Contains(in.log.String(), "certificate signed by unknown authority") {
+		err = in.Wait(readyTimeout, func() error {
+			if !strings.Contains(in.Log(), "certificate signed by unknown authority") {
 				return fmt.Errorf("no certificate error logged")
 			}
 			code, _, err := in.get(in.Ready, "/ready")
@@ -99,14 +99,14 @@ func TestImage(t *testing.T) {
 				return err
 			}
 			if code == http.StatusOK {
-				t.Fatalf("/ready is 200 while the registry's certificate is refused; log:\n%s", in.log)
+				t.Fatalf("/ready is 200 while the registry's certificate is refused; log:\n%s", in.Log())
 			}
 			return nil
 		})
 		if err != nil {
-			t.Fatalf("with the registry's CA not in the image: %v\nlog:\n%s", err, in.log)
+			t.Fatalf("with the registry's CA not in the image: %v\nlog:\n%s", err, in.Log())
 		}
-		if err := in.p.Stop(stopTimeout); err != nil {
+		if err := in.Stop(); err != nil {
 			t.Fatal(err)
 		}
 
@@ -276,7 +276,7 @@ func chrootCoreDNS(t testing.TB, rootfs, corefile, dir string, argv []string, ui
 // checkUID checks that the instance runs as uid.
 func checkUID(t testing.TB, in *instance, uid uint32) {
 	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", in.p.Pid()))
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", in.Pid()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/pgcluster/pgcluster"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
@@ -46,6 +46,10 @@ func TestMonitoringMetricsExported(t *testing.T) {
 	// refuses, so that solo.Z is answered fail-open. And a row whose name is
 	// not a DNS label, skipped.
 	up := listenTCP(t, "127.0.0.41")
+	closed, err := proc.FreePort() // nothing listens there: connections are refused
+	if err != nil {
+		t.Fatal(err)
+	}
 	reg := pgtest.New(t)
 	reg.MustExec(t, pgcluster.Schema)
 	reg.MustExec(t, `INSERT INTO pgcluster_nodes (cluster, name, address, port, role) VALUES
@@ -53,10 +57,10 @@ func TestMonitoringMetricsExported(t *testing.T) {
 		('local', 'n2', '127.0.0.42', $3, 'standby'),
 		('solo', 's1', '127.0.0.43', $3, 'primary'),
 		('local', 'bad_name', '127.0.0.44', 5432, 'standby')`,
-		up.host, up.port, closedPort(t))
+		up.host, up.port, closed)
 	rds := redistest.Start(t)
 
-	bin := coreDNSBinary(t)
+	bin := coreDNSBuild.Binary(t)
 	dir := t.TempDir()
 	var fleet []*instance
 	for i := range 2 {
@@ -92,7 +96,7 @@ func TestMonitoringMetricsExported(t *testing.T) {
 	for {
 		for _, in := range fleet {
 			for _, q := range []string{"local." + Zone, "solo." + Zone, "nosuchname." + Zone} {
-				if _, err := query(in.addr(), q, dns.TypeA); err != nil {
+				if _, err := query(in.Addr(), q, dns.TypeA); err != nil {
 					t.Logf("query %s: %v", q, err)
 				}
 			}
@@ -101,7 +105,7 @@ func TestMonitoringMetricsExported(t *testing.T) {
 		for _, in := range fleet {
 			e, err := in.exported()
 			if err != nil {
-				t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.log)
+				t.Fatalf("coredns on port %d: %v\nits log:\n%s", in.DNS, err, in.Log())
 			}
 			ex.merge(e)
 		}
@@ -136,16 +140,11 @@ func TestMonitoringMetricsExported(t *testing.T) {
 
 // exported reads the instance's /metrics.
 func (in *instance) exported() (exported, error) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://127.0.0.1:" + strconv.Itoa(in.Metrics) + "/metrics")
+	body, err := in.ReadMetrics()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("GET /metrics: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	return parseExposition(resp.Body)
+	return parseExposition(strings.NewReader(body))
 }
 
 // tcpBackend is a node that accepts TCP connections, and can stop and
@@ -200,16 +199,4 @@ func (b *tcpBackend) toggle(t testing.TB) {
 		return
 	}
 	b.listen(t, net.JoinHostPort(b.host, strconv.Itoa(b.port)))
-}
-
-// closedPort returns a loopback port that nothing listens on: connections
-// to it are refused.
-func closedPort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }

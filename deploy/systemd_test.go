@@ -85,7 +85,7 @@ func TestSystemdUnit(t *testing.T) {
 		t.Fatalf("%s: want the line %s once", unitFile, unitExecLine)
 	}
 	unit := filepath.Join(t.TempDir(), filepath.Base(unitFile))
-	tested := strings.Replace(string(text), unitExecLine, "ExecStart="+coreDNSBinary(t)+" -conf "+corefilePath, 1)
+	tested := strings.Replace(string(text), unitExecLine, "ExecStart="+coreDNSBuild.Binary(t)+" -conf "+corefilePath, 1)
 	if err := os.WriteFile(unit, []byte(tested), 0o644); err != nil {
 		t.Fatal(err)
 	}

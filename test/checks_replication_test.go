@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Real streaming replication, with the registry's role column deliberately
@@ -27,7 +28,7 @@ func TestCheckReplication(t *testing.T) {
 	reg.MustExec(t, fmt.Sprintf(`INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES
   ('local', 'pg1', '127.0.0.31', %d, 'standby'),
   ('local', 'pg2', '127.0.0.32', %d, 'primary')`, primary.Port, standby.Port))
-	metricsPort, _ := pgtest.FreePort()
+	metricsPort, _ := proc.FreePort()
 	corefile := fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  allow_loopback\n  %s\n }\n}\n",
 		Zone, metricsPort, reg.DSN(""), strings.Join([]string{
 			`check postgres "user=postgres dbname=postgres sslmode=disable"`,

@@ -12,6 +12,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // backend is a TCP listener standing for a node: it accepts while open.
@@ -125,7 +126,7 @@ func TestCheckAllDown(t *testing.T) {
 	reg := Registry(t)
 	a, b := openBackend(t, "127.0.0.24"), openBackend(t, "127.0.0.25")
 	registerBackends(t, reg, a, b)
-	metricsPort, _ := pgtest.FreePort()
+	metricsPort, _ := proc.FreePort()
 	opts := []string{"allow_loopback", "check tcp", "interval 100ms", "timeout 50ms"}
 	corefile := func(extra ...string) string {
 		return fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  %s\n }\n}\n",

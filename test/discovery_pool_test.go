@@ -17,7 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/pgcluster/pgcluster/discovery"
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // The phases of TestDiscoveryPool. A query counts in the phase in which it
@@ -69,7 +69,7 @@ func TestDiscoveryPool(t *testing.T) {
 		n.pg.MustExec(t, "CREATE TABLE w(id bigserial PRIMARY KEY, port int NOT NULL)")
 	}
 	register(t, reg, nodes...)
-	dnsPort, err := pgtest.FreePort()
+	dnsPort, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,14 +2,13 @@ package test
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
 )
 
+// TestMain removes the binaries the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	coreDNSBuild.Remove()
+	pgclusterctlBuild.Remove()
 	os.Exit(code)
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // loadTimestamp is the sample of the load timestamp gauge of Zone.
@@ -18,9 +18,9 @@ const loadTimestamp = `coredns_pgcluster_registry_load_timestamp_seconds{zone="p
 func TestMetricsSameZoneTwice(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)
-	port1, _ := pgtest.FreePort()
-	port2, _ := pgtest.FreePort()
-	metricsPort, _ := pgtest.FreePort()
+	port1, _ := proc.FreePort()
+	port2, _ := proc.FreePort()
+	metricsPort, _ := proc.FreePort()
 	block := func(port int) string {
 		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n }\n}\n",
 			Zone, port, metricsPort, pg.DSN(""))
@@ -39,8 +39,8 @@ func TestMetricsSameZoneTwice(t *testing.T) {
 func TestMetricsThroughReload(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)
-	port, _ := pgtest.FreePort()
-	metricsPort, _ := pgtest.FreePort()
+	port, _ := proc.FreePort()
+	metricsPort, _ := proc.FreePort()
 	metrics := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 	corefile := func(ttl int) string {
 		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  ttl %d\n }\n}\n",

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/proc"
 )
@@ -86,7 +87,7 @@ func (n *netns) run(args ...string) string {
 // coreDNS starts bin/coredns inside the namespace with corefile, stopped
 // when the test ends (its log shown if the test failed), and returns once
 // it answers question (a dig query: "@ADDR NAME TYPE") with an answer.
-func (n *netns) coreDNS(name, corefile string, question ...string) *proc.Process {
+func (n *netns) coreDNS(name, corefile string, question ...string) *coretest.Instance {
 	t := n.t
 	t.Helper()
 	dir := t.TempDir()
@@ -94,37 +95,23 @@ func (n *netns) coreDNS(name, corefile string, question ...string) *proc.Process
 	if err := os.WriteFile(conf, []byte(corefile), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := n.command(coreDNSBinary(t), "-conf", conf)
-	cmd.Dir = dir
-	logBuf := &proc.Buffer{}
-	cmd.Stdout, cmd.Stderr = logBuf, logBuf
-	p, err := proc.Start(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := p.Stop(stopTimeout); err != nil {
-			t.Errorf("%s: %v", name, err)
-		}
-		if strings.Contains(logBuf.String(), "WARNING: DATA RACE") {
-			t.Errorf("%s (built with -race) found a data race", name)
-		}
-		if t.Failed() {
-			t.Logf("%s, %s; its log:\n%s", name, p.State(), logBuf.String())
-		}
+	bin := coreDNSBuild.Binary(t)
+	return coretest.Start(t, coretest.Config{
+		Name: name,
+		Command: func(coretest.Ports) (*exec.Cmd, error) {
+			cmd := n.command(bin, "-conf", conf)
+			cmd.Dir = dir
+			return cmd, nil
+		},
+		Ready: func(*coretest.Instance) error {
+			out, err := n.command("dig", append([]string{"+time=1", "+tries=1", "+short"}, question...)...).CombinedOutput()
+			if err != nil || len(bytes.TrimSpace(out)) == 0 {
+				return fmt.Errorf("%s does not answer dig %s: %v %s", name, strings.Join(question, " "), err, out)
+			}
+			return nil
+		},
+		ReadyTimeout: 30 * time.Second,
+		Poll:         5 * time.Millisecond,
+		StopTimeout:  stopTimeout,
 	})
-	err = pgtest.WaitFor(30*time.Second, func() error {
-		if p.Exited() {
-			return fmt.Errorf("%s exited (%s): %s", name, p.State(), logBuf.String())
-		}
-		out, err := n.command("dig", append([]string{"+time=1", "+tries=1", "+short"}, question...)...).CombinedOutput()
-		if err != nil || len(bytes.TrimSpace(out)) == 0 {
-			return fmt.Errorf("%s does not answer dig %s: %v %s", name, strings.Join(question, " "), err, out)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

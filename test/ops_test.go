@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/miekg/dns"
 
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestReadyAndMetrics scrapes the ready and prometheus plugins of a server
@@ -19,8 +19,8 @@ func TestReadyAndMetrics(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry+`
 INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('local', 'bad_name', '192.0.2.99');`)
-	readyPort, _ := pgtest.FreePort()
-	metricsPort, _ := pgtest.FreePort()
+	readyPort, _ := proc.FreePort()
+	metricsPort, _ := proc.FreePort()
 	corefile := fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n ready 127.0.0.1:%d\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n }\n}\n",
 		Zone, readyPort, metricsPort, pg.DSN(""))
 	StartCoreDNS(t, corefile)
@@ -110,7 +110,7 @@ func TestStaleAfter(t *testing.T) {
 func TestCorefileReload(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)
-	port, _ := pgtest.FreePort()
+	port, _ := proc.FreePort()
 	corefile := func(ttl int) string {
 		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n pgcluster {\n  postgres %s\n  ttl %d\n }\n}\n", Zone, port, pg.DSN(""), ttl)
 	}

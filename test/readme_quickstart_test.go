@@ -71,7 +71,7 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Setenv(name, value)
 	}
 	start := time.Now()
-	coreDNSBinary(t)
+	coreDNSBuild.Binary(t)
 	t.Logf("bin/coredns built in %.1fs", time.Since(start).Seconds())
 	start = time.Now()
 	in := StartFleetInstance(t, corefile)

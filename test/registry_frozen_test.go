@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestRegistryFrozen stops every process of the PostgreSQL server with
@@ -22,7 +23,7 @@ import (
 func TestRegistryFrozen(t *testing.T) {
 	pg := Registry(t)
 	pg.MustExec(t, demoRegistry)
-	metricsPort, _ := pgtest.FreePort()
+	metricsPort, _ := proc.FreePort()
 	corefile := fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  refresh 1h\n }\n}\n",
 		Zone, metricsPort, pg.DSN(""))
 	s := StartCoreDNS(t, corefile)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestRegistryReloadWhileDown reloads the Corefile while PostgreSQL is down:
@@ -20,8 +20,8 @@ func TestRegistryReloadWhileDown(t *testing.T) {
 	pg := Registry(t)
 	written := time.Now()
 	pg.MustExec(t, demoRegistry)
-	port, _ := pgtest.FreePort()
-	readyPort, _ := pgtest.FreePort()
+	port, _ := proc.FreePort()
+	readyPort, _ := proc.FreePort()
 	corefile := func(ttl int) string {
 		return fmt.Sprintf("%s:%d {\n bind 127.0.0.1\n ready 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  ttl %d\n  stale_after %s\n }\n}\n",
 			Zone, port, readyPort, pg.DSN(""), ttl, staleAfter)

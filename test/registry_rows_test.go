@@ -9,7 +9,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster"
-	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // TestRegistryInfiniteHeartbeat serves from a registry made by an older
@@ -29,8 +29,8 @@ INSERT INTO pgcluster_nodes(cluster, name, address, heartbeat) VALUES
 INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('local', 'net', '10.1.0.0/16');`)
 	pg.MustExec(t, pgcluster.Schema) // the upgrade: must not fail on the rows already there
 
-	readyPort, _ := pgtest.FreePort()
-	metricsPort, _ := pgtest.FreePort()
+	readyPort, _ := proc.FreePort()
+	metricsPort, _ := proc.FreePort()
 	corefile := fmt.Sprintf("%s:0 {\n bind 127.0.0.1\n ready 127.0.0.1:%d\n prometheus 127.0.0.1:%d\n pgcluster {\n  postgres %s\n  stale_after 10s\n }\n}\n",
 		Zone, readyPort, metricsPort, pg.DSN(""))
 	s := StartCoreDNS(t, corefile)

@@ -15,7 +15,9 @@ import (
 	"github.com/miekg/dns"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
@@ -550,7 +552,7 @@ func TestRelayReload(t *testing.T) {
 	w := &relayWorld{t: t, pg: Registry(t), rs: redistest.Start(t), last: 1}
 	w.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES ('local', 'n0', '192.0.2.1', 5432, 'primary')")
 	w.connect()
-	port, err := pgtest.FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,7 +561,9 @@ func TestRelayReload(t *testing.T) {
 			Zone, port, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, ttl)
 	}
 	s := StartCoreDNS(t, corefile(5))
-	in := []*Instance{{addr: s.UDP}}
+	// The in-process server stands for a fleet instance: serves asks its
+	// DNS address.
+	in := []*Instance{{Instance: &coretest.Instance{Ports: coretest.Ports{DNS: port}}}}
 	Eventually(t, 10*time.Second, serves(in, "192.0.2.1"))
 	Eventually(t, 10*time.Second, w.connsAtMost(1))
 	addr, _ := w.change()

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
@@ -431,7 +431,7 @@ func (a *attackRun) newcomer(nodes ...int) {
 		switch {
 		case err != nil:
 			if in.Exited() {
-				a.t.Fatalf("an instance started under the attack exited: %s", in.p.State())
+				a.t.Fatalf("an instance started under the attack exited: %s", in.State())
 			}
 			time.Sleep(5 * time.Millisecond)
 			continue
@@ -491,7 +491,7 @@ type ctlReport struct {
 // ctlStatus runs bin/pgclusterctl status -json on the rig's registry and
 // Redis, with its secret, and returns its report.
 func (r *redisRig) ctlStatus(t testing.TB, dsn string) (ctlReport, error) {
-	bin := pgclusterctlBinary(t)
+	bin := pgclusterctlBuild.Binary(t)
 	cmd := exec.Command(bin, "status", "-postgres", dsn, "-redis", r.rs.URL(), "-allow-loopback", "-json",
 		"-check-interval", attackInterval.String(), "-check-timeout", attackTimeout.String())
 	cmd.Env = append(os.Environ(), "PGCLUSTER_REDIS_SECRET="+r.secret)
@@ -574,33 +574,9 @@ func ctlAgrees(rep ctlReport, answered []string) error {
 	return nil
 }
 
-var (
-	pgclusterctlOnce sync.Once
-	pgclusterctlPath string
-	pgclusterctlErr  error
-)
-
-// pgclusterctlBinary builds cmd/pgclusterctl once per test run, next to
-// the test run's bin/coredns (TestMain removes both).
-func pgclusterctlBinary(t testing.TB) string {
-	t.Helper()
-	dir := filepath.Dir(coreDNSBinary(t))
-	pgclusterctlOnce.Do(func() {
-		pgclusterctlPath = filepath.Join(dir, "pgclusterctl")
-		args := []string{"build", "-o", pgclusterctlPath}
-		if raceEnabled {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, "../cmd/pgclusterctl")...).CombinedOutput()
-		if err != nil {
-			pgclusterctlErr = fmt.Errorf("go build ./cmd/pgclusterctl: %v\n%s", err, out)
-		}
-	})
-	if pgclusterctlErr != nil {
-		t.Fatal(pgclusterctlErr)
-	}
-	return pgclusterctlPath
-}
+// pgclusterctlBuild is cmd/pgclusterctl, built once per test run, with the
+// race detector as bin/coredns is; TestMain removes it.
+var pgclusterctlBuild = coretest.Build{Packages: []string{coretest.Pgclusterctl}, Race: raceEnabled}
 
 // logMarks returns where each instance's log is now.
 func logMarks(ins []*Instance) []int {

@@ -254,7 +254,11 @@ func TestStatusExitCode(t *testing.T) {
 func TestStatusErrors(t *testing.T) {
 	reg := registry(t)
 	bare := pgtest.New(t) // no schema
-	closed := freePort(t)
+	// Nothing listens on closed: connections to it are refused.
+	closed, err := proc.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
 	const pw = "s3cretPW"
 	for _, tc := range []struct {
 		name string

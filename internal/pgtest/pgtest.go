@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Postgres is one running (or stopped) PostgreSQL server.
@@ -198,7 +200,7 @@ func (p *Postgres) listen(port int) error {
 	p.Port = port
 	for attempt := 0; ; attempt++ {
 		if port == 0 {
-			if p.Port, err = freePort(p.Host); err != nil {
+			if p.Port, err = proc.FreePortOn(p.Host); err != nil {
 				return err
 			}
 		}
@@ -356,19 +358,6 @@ func (p *Postgres) Exec(ctx context.Context, sql string, args ...any) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, sql, args...)
 	return err
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) { return freePort(DefaultHost) }
-
-// freePort returns a TCP port on host that was free a moment ago.
-func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // WaitFor polls cond until it returns nil or the deadline passes, and returns

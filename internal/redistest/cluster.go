@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // Settings and limits of StartCluster.
@@ -76,9 +78,9 @@ func clusterArgs(dir string, bus *int) func(int) ([]string, error) {
 	last := 0
 	return func(port int) ([]string, error) {
 		if port != last {
-			b, err := freePort()
+			b, err := proc.FreePort()
 			for err == nil && b == port {
-				b, err = freePort()
+				b, err = proc.FreePort()
 			}
 			if err != nil {
 				return nil, err

@@ -111,7 +111,7 @@ func startServerTLS(dir string, logw io.Writer, name string, args func(int) ([]s
 	s := &Server{bin: bin, dir: dir, name: name, logw: logw, args: args, tls: tlsc}
 	var last error
 	for range freshPorts {
-		port, err := freePort()
+		port, err := proc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -268,16 +268,6 @@ func waitPing(addr string, tlsc *tls.Config, p *proc.Process) error {
 		}
 		time.Sleep(pollInterval)
 	}
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // client returns a client of the server for one call, with no retries.

@@ -209,33 +209,6 @@ func probe(server string) (*dns.Msg, error) {
 	return r, nil
 }
 
-// errExited is returned by waitAnswer when CoreDNS stopped before answering.
-var errExited = errors.New("coredns exited before answering")
-
-// waitAnswer polls server with probe until it answers, the timeout passes,
-// ctx is done or exited is closed.
-func waitAnswer(ctx context.Context, server string, timeout time.Duration, exited <-chan struct{}) (*dns.Msg, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := probe(server)
-		if err == nil {
-			return r, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-exited:
-			return nil, errExited
-		case <-deadline.C:
-			return nil, fmt.Errorf("no answer from %s after %v: %w", server, timeout, err)
-		case <-tick.C:
-		}
-	}
-}
-
 // summary renders an answer as "CNAME local.pgcluster.lan.; A 127.0.0.11 …".
 func summary(r *dns.Msg) string {
 	var cnames, addrs []string

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,7 +65,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("%d of %d nodes have a server", len(d.nodes), len(demoNodes))
 	}
 	for _, in := range d.fleet {
-		waitFor(t, 15*time.Second, func() error { return answersProd(in.dns, want) })
+		waitFor(t, 15*time.Second, func() error { return answersProd(in.Addr(), want) })
 	}
 
 	if states, err := waitMode(ctx, d.fleet, modeCoordinated, len(demoNodes), 15*time.Second); err != nil {
@@ -95,7 +94,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("Redis stopped, the fleet is not in local mode: %v (%s)", err, describe(states))
 	}
 	for _, in := range d.fleet {
-		if _, err := probe(in.dns); err != nil {
+		if _, err := probe(in.Addr()); err != nil {
 			t.Errorf("%s with Redis stopped: %v", in.name, err)
 		}
 	}
@@ -114,7 +113,7 @@ func TestDemo(t *testing.T) {
 
 	pids := map[int]string{d.redis.Pid(): "redis-server"}
 	for _, in := range d.fleet {
-		pids[in.p.Pid()] = in.name
+		pids[in.Pid()] = in.name
 	}
 	tmp := d.tmp
 	stopped = true
@@ -218,51 +217,7 @@ func TestCheckFree(t *testing.T) {
 	}
 }
 
-// TestFreePorts checks that the three ports of an instance differ, and that
-// a given DNS port is kept.
-func TestFreePorts(t *testing.T) {
-	for _, port := range []int{0, 5353} {
-		ps, err := freePorts(port, &portClaims{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ps[0] == ps[1] || ps[1] == ps[2] || ps[0] == ps[2] || slices.Contains(ps[:], 0) || (port != 0 && ps[0] != port) {
-			t.Errorf("freePorts(%d) = %v; want three different ports, the first %d when given", port, ps, port)
-		}
-	}
-}
-
-// TestFreePortsAtOnce checks that instances given ports at once, as the
-// fleet's are, never get the same one: a port is free again once
-// freePorts lets go of it, before the instance binds it, and CoreDNS binds
-// with SO_REUSEPORT, so two instances given one port would share it without
-// an error (both metrics URLs reaching one instance's metrics).
-func TestFreePortsAtOnce(t *testing.T) {
-	const n = 30
-	claims := &portClaims{}
-	got := make([][3]int, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { got[i], errs[i] = freePorts(0, claims) })
-	}
-	wg.Wait()
-	owner := map[int]int{}
-	for i, ps := range got {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		for _, p := range ps {
-			if j, ok := owner[p]; ok {
-				t.Errorf("port %d given to instance %d and to instance %d", p, j, i)
-			}
-			owner[p] = i
-		}
-	}
-}
-
-// TestPrefixWriter checks that lines are prefixed whole and that a taken
-// port is noticed.
+// TestPrefixWriter checks that lines are prefixed whole.
 func TestPrefixWriter(t *testing.T) {
 	var b bytes.Buffer
 	p := &prefixWriter{w: &b, prefix: "coredns-1: "}
@@ -270,8 +225,5 @@ func TestPrefixWriter(t *testing.T) {
 	p.Write([]byte("o\nListen: listen tcp 127.0.0.1:1: bind: address already in use\npartial"))
 	if want := "coredns-1: one\ncoredns-1: two\ncoredns-1: Listen: listen tcp 127.0.0.1:1: bind: address already in use\n"; b.String() != want {
 		t.Errorf("prefixWriter wrote %q, want %q", b.String(), want)
-	}
-	if !p.portTaken() {
-		t.Error("prefixWriter did not notice the address already in use")
 	}
 }

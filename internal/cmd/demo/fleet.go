@@ -21,42 +21,28 @@ import (
 
 	"github.com/miekg/dns"
 
-	"github.com/pgcluster/pgcluster/internal/proc"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 )
 
 // fleetSize is how many CoreDNS instances the demo runs.
 const fleetSize = 3
 
-// startTries is how many times an instance on free ports is started on
-// fresh ones when another process took a port before CoreDNS bound it.
-const startTries = 3
-
 // instance is one bin/coredns process of the demo fleet. Its Corefile is the
 // fleet's, with its own loopback ports.
 type instance struct {
-	name    string // coredns-1, coredns-2, …
-	dns     string // host:port, UDP and TCP
-	metrics string // host:port of the prometheus plugin
-	ready   string // host:port of the ready plugin
-	conf    string // path of its Corefile
-	p       *proc.Process
-	out     *prefixWriter
+	*coretest.Instance
+	name string // coredns-1, coredns-2, …
+	conf string // path of its Corefile
 }
 
 // port returns the instance's DNS port.
-func (in *instance) port() string {
-	_, p, _ := net.SplitHostPort(in.dns)
-	return p
-}
+func (in *instance) port() string { return strconv.Itoa(in.DNS) }
 
 // metricsPort returns the port of the instance's metrics.
-func (in *instance) metricsPort() string {
-	_, p, _ := net.SplitHostPort(in.metrics)
-	return p
-}
+func (in *instance) metricsPort() string { return strconv.Itoa(in.Metrics) }
 
-// metricsURL returns the URL of the instance's metrics.
-func (in *instance) metricsURL() string { return "http://" + in.metrics + "/metrics" }
+// readyAddr returns the host:port of the instance's ready plugin.
+func (in *instance) readyAddr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(in.Ready)) }
 
 // startInstance starts bin/coredns with the fleet's Corefile in a
 // directory of its own under tmp and returns once it answers prod.Z, with
@@ -64,52 +50,53 @@ func (in *instance) metricsURL() string { return "http://" + in.metrics + "/metr
 // takes one first); otherwise the DNS port is port, checked free by the
 // caller. Its output goes to w, each line prefixed with its name. An
 // instance that does not answer is stopped.
-func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port int, claims *portClaims, c corefileConfig) (*instance, *dns.Msg, error) {
+func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port int, claims *coretest.Claims, c corefileConfig) (*instance, *dns.Msg, error) {
 	dir := filepath.Join(tmp, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, nil, err
 	}
-	for try := 1; ; try++ {
-		ports, err := freePorts(port, claims)
-		if err != nil {
-			return nil, nil, err
-		}
-		in := &instance{
-			name:    name,
-			dns:     net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
-			metrics: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
-			ready:   net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2])),
-			conf:    filepath.Join(dir, "Corefile"),
-			out:     &prefixWriter{w: w, prefix: name + ": "},
-		}
-		c.port, c.metrics, c.ready = ports[0], in.metrics, in.ready
-		if err := os.WriteFile(in.conf, []byte(corefile(c)), 0o644); err != nil {
-			return nil, nil, err
-		}
-		cmd := exec.Command(bin, "-conf", in.conf)
-		cmd.Dir = dir
-		cmd.Stdout, cmd.Stderr = in.out, in.out
-		// Its own process group, so that Ctrl-C reaches the demo only and
-		// the demo stops the instance; proc kills it should the demo die.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if in.p, err = proc.Start(cmd); err != nil {
-			return nil, nil, fmt.Errorf("start %s: %w", name, err)
-		}
-		r, err := waitAnswer(ctx, in.dns, answerTimeout, in.p.Done())
-		if err == nil {
-			return in, r, nil
-		}
-		in.stop()
-		switch {
-		case errors.Is(err, errExited) && in.out.portTaken() && port == 0 && try < startTries:
-			continue
-		case errors.Is(err, errExited):
-			return nil, nil, fmt.Errorf("%s exited before answering (%s); its output is above", name, in.p.State())
-		case errors.Is(err, context.Canceled):
-			return nil, nil, err
-		default:
-			return nil, nil, fmt.Errorf("%s did not answer prod.%s: %w", name, zone, err)
-		}
+	in := &instance{name: name, conf: filepath.Join(dir, "Corefile")}
+	var answer *dns.Msg
+	var err error
+	in.Instance, err = coretest.Launch(ctx, coretest.Config{
+		Command: func(p coretest.Ports) (*exec.Cmd, error) {
+			c.port = p.DNS
+			c.metrics = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Metrics))
+			c.ready = net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Ready))
+			if err := os.WriteFile(in.conf, []byte(corefile(c)), 0o644); err != nil {
+				return nil, err
+			}
+			cmd := exec.Command(bin, "-conf", in.conf)
+			cmd.Dir = dir
+			// Its own process group, so that Ctrl-C reaches the demo only and
+			// the demo stops the instance; proc kills it should the demo die.
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+			return cmd, nil
+		},
+		DNSPort: port,
+		Claims:  claims,
+		Output:  &prefixWriter{w: w, prefix: name + ": "},
+		Ready: func(ci *coretest.Instance) (err error) {
+			answer, err = probe(ci.Addr())
+			return err
+		},
+		ReadyTimeout: answerTimeout,
+		Poll:         50 * time.Millisecond,
+		StopTimeout:  stopTimeout,
+	})
+	switch {
+	case err == nil:
+		return in, answer, nil
+	case in.Instance == nil:
+		return nil, nil, fmt.Errorf("start %s: %w", name, err)
+	case errors.Is(err, coretest.ErrExited):
+		return nil, nil, fmt.Errorf("%s exited before answering (%s); its output is above", name, in.State())
+	case errors.Is(err, context.Canceled):
+		return nil, nil, err
+	case ctx.Err() != nil:
+		return nil, nil, fmt.Errorf("%s did not answer prod.%s: %w", name, zone, err)
+	default: // "after 30s: why"
+		return nil, nil, fmt.Errorf("%s did not answer prod.%s: no answer from %s %w", name, zone, in.Addr(), err)
 	}
 }
 
@@ -124,7 +111,7 @@ func startFleet(ctx context.Context, w io.Writer, bin, shown, tmp string, port i
 	fleet := make([]*instance, fleetSize)
 	answers := make([]*dns.Msg, fleetSize)
 	errs := make([]error, fleetSize)
-	claims := &portClaims{}
+	claims := &coretest.Claims{}
 	startOne := func(i int) {
 		name := "coredns-" + strconv.Itoa(i+1)
 		p := 0
@@ -156,7 +143,7 @@ func startFleet(ctx context.Context, w io.Writer, bin, shown, tmp string, port i
 // stop asks the instance to shut down (SIGTERM), and kills it if it has
 // not after stopTimeout.
 func (in *instance) stop() error {
-	if err := in.p.Stop(stopTimeout); err != nil {
+	if err := in.Stop(); err != nil {
 		return fmt.Errorf("%s: %w", in.name, err)
 	}
 	return nil
@@ -173,88 +160,14 @@ func stopFleet(fleet []*instance) error {
 	return errors.Join(errs...)
 }
 
-// portClaims are the ports given to the fleet's instances. A port is free
-// again once freePorts lets go of it, before the instance binds it, and
-// CoreDNS binds with SO_REUSEPORT: two instances started at once and given
-// the same port would share it without an error, one's metrics answering
-// for both. A port once claimed is not given again.
-type portClaims struct {
-	mu    sync.Mutex
-	ports map[int]bool
-}
-
-// freePorts returns three loopback ports, free a moment ago and not in
-// claims, and adds them to claims: for DNS (TCP and UDP; port itself when
-// it is not 0), for metrics and for readiness. All three are held until
-// all are found, so that they differ.
-func freePorts(port int, claims *portClaims) ([3]int, error) {
-	var ports [3]int
-	var held []io.Closer
-	defer func() {
-		for _, c := range held {
-			c.Close()
-		}
-	}()
-	claimed := func(p int) bool {
-		claims.mu.Lock()
-		defer claims.mu.Unlock()
-		return claims.ports[p]
-	}
-	listen := func(udp bool) (int, error) {
-		for range 10 {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return 0, fmt.Errorf("find a free loopback port: %w", err)
-			}
-			held = append(held, l)
-			p := l.Addr().(*net.TCPAddr).Port
-			if claimed(p) {
-				continue // held until the end: not picked again here
-			}
-			if !udp {
-				return p, nil
-			}
-			if u, err := net.ListenPacket("udp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); err == nil {
-				held = append(held, u)
-				return p, nil
-			}
-		}
-		return 0, errors.New("find a free loopback port: none free for both TCP and UDP in 10 tries")
-	}
-	ports[0] = port
-	for i := range ports {
-		if ports[i] != 0 {
-			continue
-		}
-		p, err := listen(i == 0)
-		if err != nil {
-			return ports, err
-		}
-		ports[i] = p
-	}
-	// Claimed while still held: another call can only be given one of
-	// these ports once it is claimed.
-	claims.mu.Lock()
-	defer claims.mu.Unlock()
-	if claims.ports == nil {
-		claims.ports = map[int]bool{}
-	}
-	for _, p := range ports {
-		claims.ports[p] = true
-	}
-	return ports, nil
-}
-
 // prefixWriter writes each complete line it is given to w in one Write,
-// after a prefix naming the process, and notes whether one said that an
-// address was taken.
+// after a prefix naming the process.
 type prefixWriter struct {
 	w      io.Writer
 	prefix string
 
-	mu    sync.Mutex
-	buf   []byte
-	taken bool
+	mu  sync.Mutex
+	buf []byte
 }
 
 func (p *prefixWriter) Write(b []byte) (int, error) {
@@ -267,20 +180,11 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 			return len(b), nil
 		}
 		line := p.buf[:i+1]
-		p.taken = p.taken || bytes.Contains(line, []byte("address already in use"))
 		if _, err := io.WriteString(p.w, p.prefix+string(line)); err != nil {
 			return len(b), err
 		}
 		p.buf = p.buf[i+1:]
 	}
-}
-
-// portTaken reports whether the process said that an address it was to
-// listen on was taken.
-func (p *prefixWriter) portTaken() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.taken
 }
 
 // Redis modes, as the redis_mode metric labels them.
@@ -300,7 +204,7 @@ var metricsClient = &http.Client{Timeout: time.Second}
 // readState reads an instance's redis_mode and redis_leases metrics.
 func readState(in *instance) (fleetState, error) {
 	var s fleetState
-	resp, err := metricsClient.Get(in.metricsURL())
+	resp, err := metricsClient.Get(in.MetricsURL())
 	if err != nil {
 		return s, fmt.Errorf("%s metrics: %w", in.name, err)
 	}

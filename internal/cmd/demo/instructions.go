@@ -21,8 +21,8 @@ func instructions(w io.Writer, d *demo) {
 	fmt.Fprintf(w, "\npgcluster demo is up: %d CoreDNS instances sharing their checks through Redis.\n\n", len(d.fleet))
 	fmt.Fprintf(w, "  zone      %s.\n", zone)
 	for _, in := range d.fleet {
-		fmt.Fprintf(w, "  %s %s  pid %d  metrics %s  ready http://%s/ready\n", in.name, in.dns, in.p.Pid(), in.metricsURL(), in.ready)
-		servers = append(servers, in.dns)
+		fmt.Fprintf(w, "  %s %s  pid %d  metrics %s  ready http://%s/ready\n", in.name, in.Addr(), in.Pid(), in.MetricsURL(), in.readyAddr())
+		servers = append(servers, in.Addr())
 	}
 	fmt.Fprintf(w, "  Corefile  %s (the others' differ only in their ports)\n", in.conf)
 	var nodes []string

@@ -262,7 +262,7 @@ func (d *demo) wait(ctx context.Context, usr1 <-chan os.Signal) error {
 	gone := make(chan *instance, len(d.fleet))
 	for _, in := range d.fleet {
 		go func() {
-			<-in.p.Done()
+			<-in.Done()
 			gone <- in
 		}()
 	}
@@ -274,9 +274,9 @@ func (d *demo) wait(ctx context.Context, usr1 <-chan os.Signal) error {
 			return nil
 		case in := <-gone:
 			if left--; left == 0 {
-				return fmt.Errorf("every CoreDNS instance has exited, %s last (%s); their output is above. Stopped Redis and PostgreSQL", in.name, in.p.State())
+				return fmt.Errorf("every CoreDNS instance has exited, %s last (%s); their output is above. Stopped Redis and PostgreSQL", in.name, in.State())
 			}
-			fmt.Fprintf(d.w, "demo: %s (pid %d) exited (%s); %d instances go on\n", in.name, in.p.Pid(), in.p.State(), left)
+			fmt.Fprintf(d.w, "demo: %s (pid %d) exited (%s); %d instances go on\n", in.name, in.Pid(), in.State(), left)
 		case <-usr1:
 			d.redisBack()
 		}

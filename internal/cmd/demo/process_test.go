@@ -8,17 +8,16 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
@@ -33,44 +32,22 @@ const (
 	exitTimeout = time.Minute
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	buildErr  error
-)
+// build is cmd/coredns as make build builds it and the demo as make run
+// does, built once per test process by one go build, linking them at once:
+// a build whose packages are cached is mostly the links.
+var build = coretest.Build{Packages: []string{coretest.CoreDNS, "github.com/pgcluster/pgcluster/internal/cmd/demo"}}
 
 // TestMain removes the binaries the tests built.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
+	build.Remove()
 	os.Exit(code)
 }
 
-// binaries builds cmd/coredns as make build does and the demo as make run
-// does, once per test process, and returns their paths. One go build makes
-// both, linking them at once: a build whose packages are cached is mostly
-// the links.
+// binaries returns the paths of the built coredns and demo.
 func binaries(t *testing.T) (coredns, demo string) {
 	t.Helper()
-	buildOnce.Do(func() {
-		if buildDir, buildErr = os.MkdirTemp("", "pgcluster-demo-test-bin-"); buildErr != nil {
-			return
-		}
-		began := time.Now()
-		pkgs := []string{"github.com/pgcluster/pgcluster/cmd/coredns", "github.com/pgcluster/pgcluster/internal/cmd/demo"}
-		out, err := exec.Command("go", append([]string{"build", "-o", buildDir + "/"}, pkgs...)...).CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
-			return
-		}
-		t.Logf("built coredns and the demo in %v", time.Since(began).Round(time.Millisecond))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return filepath.Join(buildDir, "coredns"), filepath.Join(buildDir, "demo")
+	return build.Path(t, "coredns"), build.Path(t, "demo")
 }
 
 // demoRun is the demo running as its own process, its standard output and
