@@ -389,11 +389,9 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 	for name, c := range r.rows.clusters {
 		u.nodes[name] = c.nodes
 	}
-	held := func(name string) ([]Node, bool) {
-		ns, ok := r.published[name]
-		return ns, ok
-	}
-	if changed := u.changed(held, maps.Keys(r.published), r.set.staleAfter); len(changed) > 0 {
+	changed := map[string]bool{}
+	rowsChanged(&u, r.published, func(ns []Node) []Node { return ns }, r.set.staleAfter, func(name string) { changed[name] = true })
+	if len(changed) > 0 {
 		return r.publish(now, now, changed, false, false), nil
 	}
 	return r.nextReload(now), nil

@@ -1,7 +1,6 @@
 package pgcluster
 
 import (
-	"iter"
 	"maps"
 	"math"
 	"net/netip"
@@ -98,25 +97,23 @@ type rowsUpdate struct {
 	readAt time.Time
 }
 
-// changed returns the served clusters whose rows u changes in a way an
-// answer shows (see sameRows): held gives the rows held of a cluster
-// (false for one without rows), names every cluster held. This is the one
-// place that decides whether a cluster changed.
-func (u *rowsUpdate) changed(held func(name string) ([]Node, bool), names iter.Seq[string], staleAfter time.Duration) map[string]bool {
-	out := map[string]bool{}
+// rowsChanged calls changed with each served cluster whose rows u
+// changes in a way an answer shows (see sameRows), against held, the
+// clusters held now (their rows given by rows). This is the one place that
+// decides whether a cluster changed.
+func rowsChanged[V any](u *rowsUpdate, held map[string]V, rows func(V) []Node, staleAfter time.Duration, changed func(name string)) {
 	for name, ns := range u.nodes {
-		if old, ok := held(name); !ok && len(ns) > 0 || ok && !sameRows(old, ns, staleAfter) {
-			out[name] = true
+		if old, ok := held[name]; !ok && len(ns) > 0 || ok && !sameRows(rows(old), ns, staleAfter) {
+			changed(name)
 		}
 	}
 	if u.full {
-		for name := range names {
+		for name := range held {
 			if _, ok := u.nodes[name]; !ok {
-				out[name] = true
+				changed(name)
 			}
 		}
 	}
-	return out
 }
 
 // sameRows reports whether two row sets of a cluster make the same names:
@@ -352,13 +349,10 @@ func (rs *rowSet) merge(u rowsUpdate, at time.Time) {
 }
 
 // diff returns the served clusters whose rows u changes in a way an answer
-// shows (see rowsUpdate.changed), and whether it changes the aliases.
+// shows (see rowsChanged), and whether it changes the aliases.
 func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool, bool) {
-	held := func(name string) ([]Node, bool) {
-		c, ok := rs.clusters[name]
-		return c.nodes, ok
-	}
-	changed := u.changed(held, maps.Keys(rs.clusters), staleAfter)
+	changed := map[string]bool{}
+	rowsChanged(&u, rs.clusters, func(c clusterRows) []Node { return c.nodes }, staleAfter, func(name string) { changed[name] = true })
 	aliases := false
 	if u.aliasesSet {
 		now := make(map[string]Alias, len(u.aliases))

@@ -257,15 +257,8 @@ func (s *snapshot) next(ch change) *snapshot {
 
 	// What to build again, and with which rows.
 	dirty := map[string][]Node{}
-	rowsOf := func(name string) ([]Node, bool) {
-		if cb := s.clusters[name]; cb != nil {
-			return cb.rows, true
-		}
-		return nil, false
-	}
-	for name := range ch.changed(rowsOf, maps.Keys(s.clusters), s.set.staleAfter) {
-		dirty[name] = ch.nodes[name]
-	}
+	rowsChanged(&ch.rowsUpdate, s.clusters, func(cb *clusterBuild) []Node { return cb.rows }, s.set.staleAfter,
+		func(name string) { dirty[name] = ch.nodes[name] })
 	if ch.viewSet && s.set.checksOn() {
 		for name := range changedClusters(s.view, ch.view, s.set.maxLag > 0) {
 			if _, ok := dirty[name]; !ok && s.clusters[name] != nil {

@@ -3,20 +3,19 @@ package deploy
 import (
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/proc"
 	"github.com/pgcluster/pgcluster/internal/redistest"
@@ -150,53 +149,16 @@ func (in *instance) exported() (exported, error) {
 // tcpBackend is a node that accepts TCP connections, and can stop and
 // start again on the same address.
 type tcpBackend struct {
+	*coretest.Backend
 	host string
 	port int
-	mu   sync.Mutex
-	l    net.Listener
 }
 
 func listenTCP(t testing.TB, host string) *tcpBackend {
 	t.Helper()
-	b := &tcpBackend{host: host}
-	b.listen(t, net.JoinHostPort(host, "0"))
-	b.port = b.l.Addr().(*net.TCPAddr).Port
-	t.Cleanup(func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.l != nil {
-			b.l.Close()
-		}
-	})
-	return b
-}
-
-func (b *tcpBackend) listen(t testing.TB, addr string) {
-	t.Helper()
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	b.l = l
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	b := coretest.NewBackend(t, host)
+	return &tcpBackend{Backend: b, host: b.Host, port: b.Port}
 }
 
 // toggle closes the listener, or opens it again.
-func (b *tcpBackend) toggle(t testing.TB) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.l != nil {
-		b.l.Close()
-		b.l = nil
-		return
-	}
-	b.listen(t, net.JoinHostPort(b.host, strconv.Itoa(b.port)))
-}
+func (b *tcpBackend) toggle(t testing.TB) { b.Toggle(t) }

@@ -5,62 +5,33 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/miekg/dns"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
-// backend is a TCP listener standing for a node: it accepts while open.
+// backend is a node for check tcp (coretest.Backend), by its host:port.
 type backend struct {
+	*coretest.Backend
 	addr string // host:port
-	l    net.Listener
 }
 
 func openBackend(t *testing.T, host string) *backend {
 	t.Helper()
-	l, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatalf("listen on %s: %v", host, err)
-	}
-	b := &backend{addr: l.Addr().String(), l: l}
-	go acceptAndClose(l)
-	t.Cleanup(func() { b.close() })
-	return b
-}
-
-func acceptAndClose(l net.Listener) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		c.Close()
-	}
+	b := coretest.NewBackend(t, host)
+	return &backend{Backend: b, addr: b.Addr()}
 }
 
 // close stops accepting: connections are refused.
-func (b *backend) close() {
-	if b.l != nil {
-		b.l.Close()
-		b.l = nil
-	}
-}
+func (b *backend) close() { b.Close() }
 
 // open accepts again on the same address.
-func (b *backend) open(t *testing.T) {
-	t.Helper()
-	l, err := net.Listen("tcp", b.addr)
-	if err != nil {
-		t.Fatalf("listen again on %s: %v", b.addr, err)
-	}
-	b.l = l
-	go acceptAndClose(l)
-}
+func (b *backend) open(t *testing.T) { b.Open(t) }
 
 func (b *backend) host() string { h, _, _ := net.SplitHostPort(b.addr); return h }
 func (b *backend) port() string { _, p, _ := net.SplitHostPort(b.addr); return p }
@@ -207,29 +178,14 @@ func metricValue(body, name string) (float64, bool) {
 
 // countingBackend accepts and counts connections.
 type countingBackend struct {
-	addr    string
-	accepts atomic.Int64
+	*coretest.Backend
+	addr string
 }
 
 func openCounting(t *testing.T, host string) *countingBackend {
 	t.Helper()
-	l, err := net.Listen("tcp", host+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	b := &countingBackend{addr: l.Addr().String()}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			b.accepts.Add(1)
-			c.Close()
-		}
-	}()
-	return b
+	b := coretest.NewBackend(t, host)
+	return &countingBackend{Backend: b, addr: b.Addr()}
 }
 
 // A Corefile reload that turns checks off, and a shutdown, stop every probe:
@@ -246,17 +202,17 @@ func TestCheckStopsOnReloadAndShutdown(t *testing.T) {
 		// Probes every 100 ms: three intervals without a connection mean
 		// they stopped. Wait for one such window, with a deadline.
 		Eventually(t, 5*time.Second, func() error {
-			before := b.accepts.Load()
+			before := b.Accepts()
 			time.Sleep(300 * time.Millisecond)
-			if n := b.accepts.Load() - before; n != 0 {
+			if n := b.Accepts() - before; n != 0 {
 				return fmt.Errorf("%s: %d probes in 300 ms", what, n)
 			}
 			return nil
 		})
 	}
 	Eventually(t, 5*time.Second, func() error {
-		if b.accepts.Load() < 3 {
-			return fmt.Errorf("%d probes so far", b.accepts.Load())
+		if b.Accepts() < 3 {
+			return fmt.Errorf("%d probes so far", b.Accepts())
 		}
 		return nil
 	})
@@ -267,9 +223,9 @@ func TestCheckStopsOnReloadAndShutdown(t *testing.T) {
 	if err := s.Restart(checks); err != nil {
 		t.Fatal(err)
 	}
-	start := b.accepts.Load()
+	start := b.Accepts()
 	Eventually(t, 5*time.Second, func() error {
-		if b.accepts.Load()-start < 3 {
+		if b.Accepts()-start < 3 {
 			return fmt.Errorf("checks not back after a reload with check")
 		}
 		return nil

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -100,33 +99,19 @@ func query(addr, name string, qtype uint16) (*dns.Msg, error) {
 // backend is a node that accepts TCP connections (check tcp), on an address
 // of its own, and can be stopped.
 type backend struct {
+	*coretest.Backend
 	host string
 	port int
-	l    net.Listener
 }
 
 func newBackend(t testing.TB, host string) *backend {
 	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &backend{host: host, port: l.Addr().(*net.TCPAddr).Port, l: l}
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(b.stop)
-	return b
+	b := coretest.NewBackend(t, host)
+	return &backend{Backend: b, host: b.Host, port: b.Port}
 }
 
 // stop closes the listener: probes are refused from now on.
-func (b *backend) stop() { b.l.Close() }
+func (b *backend) stop() { b.Close() }
 
 // status runs pgclusterctl status with args and returns its exit status,
 // standard output and standard error.

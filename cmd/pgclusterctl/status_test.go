@@ -117,6 +117,25 @@ func TestStatusMatchesFleet(t *testing.T) {
 	if len(r.Fleet.Members) != 2 {
 		t.Errorf("fleet members %q, want the two instances", r.Fleet.Members)
 	}
+	// Each member's token leads to its instance: the name it stored is
+	// its DNS listener, and the text output shows it beside the token.
+	for _, in := range fleet {
+		named := 0
+		for _, tok := range r.Fleet.Members {
+			if strings.HasSuffix(r.Fleet.Names[tok], " "+in.Addr()) {
+				named++
+			}
+		}
+		if named != 1 {
+			t.Errorf("%d fleet members named by %s's listener %s, want one: %q", named, in, in.Addr(), r.Fleet.Names)
+		}
+	}
+	_, text, _ := status(t, args...)
+	for _, tok := range r.Fleet.Members {
+		if shown := tok[:8] + " (" + r.Fleet.Names[tok] + ")"; !strings.Contains(text, shown) {
+			t.Errorf("status does not show %q:\n%s", shown, text)
+		}
+	}
 	for _, want := range []struct {
 		cluster string
 		ok      bool
@@ -167,7 +186,7 @@ func TestStatusMatchesFleet(t *testing.T) {
 	if err := agree(t, r, fleet, nil); err != nil {
 		t.Fatal(err)
 	}
-	_, text, _ := status(t, args...)
+	_, text, _ = status(t, args...)
 	row := regexp.MustCompile(`(?m)^local +pg3 +127\.0\.0\.63:` + strconv.Itoa(pg3.port) +
 		` +standby +- +in +down \(refused\) +` + n.CheckedBy[:8] + ` +- +` + n.Lease[:8] + ` +out +check_refused: .*refused$`)
 	if !row.MatchString(text) || !strings.Contains(text, "local: 2 serving, 1 out, 3 skipped; primary pg1\n") ||

@@ -217,3 +217,34 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
+
+// A Backend accepts while open, refuses while closed, listens on the same
+// address once opened again, and counts what it accepted.
+func TestBackend(t *testing.T) {
+	b := NewBackend(t, "127.0.0.1")
+	dial := func() error {
+		c, err := net.DialTimeout("tcp", b.Addr(), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	if err := dial(); err != nil {
+		t.Fatalf("open backend: %v", err)
+	}
+	b.Toggle(t)
+	if err := dial(); err == nil {
+		t.Fatal("closed backend accepted a connection")
+	}
+	b.Toggle(t)
+	if err := dial(); err != nil {
+		t.Fatalf("backend opened again: %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Accepts() < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := b.Accepts(); n != 2 {
+		t.Errorf("%d connections counted, want 2", n)
+	}
+}
