@@ -331,11 +331,14 @@ func TestFleetRedis(t *testing.T) {
 	Eventually(t, 20*time.Second, answersExactly(ins, f.hosts()))
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 
-	// Each instance exports its token, and the leases in Redis are held by
-	// those tokens, as many each as the instance says it holds.
+	// Each instance exports its token, and the check leases in Redis are
+	// held by those tokens, as many each as the instance says it holds.
+	// The registry lease is held by one of them too: an instance has one
+	// token, for its checks and its registry relay alike.
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
 	defer rdb.Close()
 	held := map[string]int{}
+	registryHolder := ""
 	keys, err := rdb.Keys(context.Background(), "*:lease").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -345,13 +348,22 @@ func TestFleetRedis(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if strings.HasSuffix(k, "{registry}:lease") {
+			registryHolder = holder
+			continue
+		}
 		held[holder]++
 	}
+	tokens := map[string]bool{}
 	for _, in := range ins {
 		token := memberToken(t, in)
+		tokens[token] = true
 		if got, want := held[token], int(metric(t, in, leasesMetric)); got != want {
 			t.Errorf("%s (member %s): %d leases in Redis, the instance says %d (all: %v)", in.Addr(), token, got, want, held)
 		}
+	}
+	if !tokens[registryHolder] {
+		t.Errorf("the registry lease is held by %q, not by a member's token (%v)", registryHolder, tokens)
 	}
 
 	// One prober per backend: about one probe per interval, not three.
