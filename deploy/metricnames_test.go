@@ -336,15 +336,7 @@ func monitoringMetrics(t testing.TB) (metricUses, map[string]bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(monitoringDir, dashboardFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	d, err := readDashboard(f)
-	if err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	d := loadDashboard(t)
 	du, err := dashboardMetrics(d, dashboardFile)
 	if err != nil {
 		t.Fatal(err)
@@ -439,15 +431,7 @@ coredns_pgcluster_registry_up{zone="z."} 1
 // id and a place, every query a Prometheus data source through the
 // ${datasource} variable, and every panel of the rows queries something.
 func TestDashboard(t *testing.T) {
-	f, err := os.Open(filepath.Join(monitoringDir, dashboardFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	d, err := readDashboard(f)
-	if err != nil {
-		t.Fatalf("%s: %v", dashboardFile, err)
-	}
+	d := loadDashboard(t)
 	if d.Title == "" || d.UID == "" {
 		t.Errorf("%s: title %q, uid %q: both are needed to import it", dashboardFile, d.Title, d.UID)
 	}
@@ -501,4 +485,19 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("%s does not plot %s", dashboardFile, m)
 		}
 	}
+}
+
+// loadDashboard reads deploy/monitoring's dashboard.
+func loadDashboard(t testing.TB) grafanaDashboard {
+	t.Helper()
+	f, err := os.Open(filepath.Join(monitoringDir, dashboardFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	d, err := readDashboard(f)
+	if err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	return d
 }

@@ -78,9 +78,19 @@ func startInstance(t *testing.T, rdb redis.UniversalClient, targets []health.Tar
 // stop is called.
 func startChecked(t *testing.T, rdb redis.UniversalClient, targets []health.Target, cfg Config, hc health.Config) *instance {
 	t.Helper()
+	return startCheckedWith(t, rdb, targets, cfg, hc, nil)
+}
+
+// startCheckedWith is startChecked, calling setup, when given, with the
+// coordinator before anything runs.
+func startCheckedWith(t *testing.T, rdb redis.UniversalClient, targets []health.Target, cfg Config, hc health.Config, setup func(*Coordinator)) *instance {
+	t.Helper()
 	coord, err := NewCoordinator(rdb, cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(coord)
 	}
 	hc.Shared = coord
 	check, err := health.New(hc)

@@ -350,39 +350,6 @@ func feedWritesOf(ins []*feedInstance) int64 {
 	return n
 }
 
-// startCheckedWith is startChecked, calling setup with the coordinator
-// before it runs.
-func startCheckedWith(t *testing.T, rdb redis.UniversalClient, targets []health.Target, cfg Config, hc health.Config, setup func(*Coordinator)) *instance {
-	t.Helper()
-	coord, err := NewCoordinator(rdb, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	setup(coord)
-	hc.Shared = coord
-	check, err := health.New(hc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	coord.SetProbeNow(check.ProbeNow)
-	coord.SetTargets(targets)
-	check.SetTargets(targets)
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{coord: coord, check: check, cancel: cancel, done: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Go(func() { check.Run(ctx, nil) })
-	wg.Go(func() {
-		coord.Run(ctx, func(v health.View) {
-			in.mu.Lock()
-			in.view = v
-			in.mu.Unlock()
-		})
-	})
-	go func() { wg.Wait(); close(in.done) }()
-	t.Cleanup(in.stop)
-	return in
-}
-
 // deafness makes a coordinator's subscription lose the messages of a key
 // while it is on, as a subscription that missed them would: neither
 // heard (their publish numbers) nor applied; or, with late set, hear and

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
-	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
 // The version of a status is signed with it: the holder's current status,
@@ -17,21 +16,7 @@ import (
 // the real, lower versions): the receiver still follows the backend going
 // down.
 func TestCoordinatorReplayedVersion(t *testing.T) {
-	srv := redistest.Start(t)
-	secret := []byte("0123456789abcdef-fleet")
-	b := newBackend(t)
-	targets := []health.Target{{Key: "c/a", Addr: b.addr}}
-	obs := [2]*counter{{messages: map[string]int{}}, {messages: map[string]int{}}}
-	var ins []*instance
-	for i := range 2 {
-		ins = append(ins, startInstance(t, newClient(t, srv), targets, func(c *Config) {
-			c.Secret, c.Observer, c.Resync = secret, obs[i], time.Hour
-		}))
-	}
-	eventually(t, 10*time.Second, "one instance holds the lease, both see the backend up", func() bool {
-		total, _ := totalHeld(ins)
-		return total == 1 && allState(ins, targets, health.Up)()
-	})
+	srv, secret, b, _, obs, ins := startSignedPair(t)
 	rx := 0
 	if len(ins[0].coord.Held()) == 1 {
 		rx = 1

@@ -41,21 +41,7 @@ func (c *counter) count(result string) int {
 // holder's next status (a flip) still reaches the other instance. A
 // genuine status replayed is stale, with its own version or another.
 func TestCoordinatorSecret(t *testing.T) {
-	srv := redistest.Start(t)
-	secret := []byte("0123456789abcdef-fleet")
-	b := newBackend(t)
-	targets := []health.Target{{Key: "c/a", Addr: b.addr}}
-	obs := [2]*counter{{messages: map[string]int{}}, {messages: map[string]int{}}}
-	var ins []*instance
-	for i := range 2 {
-		ins = append(ins, startInstance(t, newClient(t, srv), targets, func(c *Config) {
-			c.Secret, c.Observer, c.Resync = secret, obs[i], time.Hour
-		}))
-	}
-	eventually(t, 10*time.Second, "one instance holds the lease, both see the backend up", func() bool {
-		total, _ := totalHeld(ins)
-		return total == 1 && allState(ins, targets, health.Up)()
-	})
+	srv, secret, b, _, obs, ins := startSignedPair(t)
 	rx := 0 // the instance that receives the holder's statuses
 	if len(ins[0].coord.Held()) == 1 {
 		rx = 1
@@ -114,4 +100,27 @@ func TestCoordinatorSecret(t *testing.T) {
 	if s := ins[rx].state("c/a"); s != health.Down {
 		t.Fatalf("a replayed old status made the receiver's view %v, want down", s)
 	}
+}
+
+// startSignedPair starts two instances signing with one secret, each
+// counting what it hears, over one backend, and waits until one holds its
+// lease and both see it up.
+func startSignedPair(t *testing.T) (*redistest.Server, []byte, *backend, []health.Target, [2]*counter, []*instance) {
+	t.Helper()
+	srv := redistest.Start(t)
+	secret := []byte("0123456789abcdef-fleet")
+	b := newBackend(t)
+	targets := []health.Target{{Key: "c/a", Addr: b.addr}}
+	obs := [2]*counter{{messages: map[string]int{}}, {messages: map[string]int{}}}
+	var ins []*instance
+	for i := range 2 {
+		ins = append(ins, startInstance(t, newClient(t, srv), targets, func(c *Config) {
+			c.Secret, c.Observer, c.Resync = secret, obs[i], time.Hour
+		}))
+	}
+	eventually(t, 10*time.Second, "one instance holds the lease, both see the backend up", func() bool {
+		total, _ := totalHeld(ins)
+		return total == 1 && allState(ins, targets, health.Up)()
+	})
+	return srv, secret, b, targets, obs, ins
 }

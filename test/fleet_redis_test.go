@@ -273,6 +273,18 @@ func (f *fleet) dropTimes(t testing.TB, ins []*Instance, i int, down bool) []tim
 // answers it checked.
 func neverAnswers(t testing.TB, in *Instance, host string) int {
 	t.Helper()
+	return pollAnswers(t, in, func(n int, got []string) {
+		if slices.Contains(got, host) {
+			t.Fatalf("answer %d of an instance started while %s is down holds it: %v", n, host, got)
+		}
+	})
+}
+
+// pollAnswers polls an instance from its start until it has answered for
+// two seconds (within fleetReadyTimeout), handing each answer, numbered
+// from 1, to check; it returns how many answers it checked.
+func pollAnswers(t testing.TB, in *Instance, check func(n int, got []string)) int {
+	t.Helper()
 	deadline := time.Now().Add(fleetReadyTimeout)
 	var first time.Time
 	n := 0
@@ -286,9 +298,7 @@ func neverAnswers(t testing.TB, in *Instance, host string) int {
 			first = time.Now()
 		}
 		n++
-		if slices.Contains(got, host) {
-			t.Fatalf("answer %d of an instance started while %s is down holds it: %v", n, host, got)
-		}
+		check(n, got)
 	}
 	return n
 }

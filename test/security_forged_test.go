@@ -176,22 +176,9 @@ func TestSecurityForgedStatus(t *testing.T) {
 // answers it checked.
 func alwaysAnswers(t testing.TB, in *Instance, host string) int {
 	t.Helper()
-	deadline := time.Now().Add(fleetReadyTimeout)
-	var first time.Time
-	n := 0
-	for time.Now().Before(deadline) && (first.IsZero() || time.Since(first) < 2*time.Second) {
-		got, err := answers(in)
-		if err != nil {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if first.IsZero() {
-			first = time.Now()
-		}
-		n++
+	return pollAnswers(t, in, func(n int, got []string) {
 		if !slices.Contains(got, host) {
 			t.Fatalf("answer %d of an instance started under a forger lacks %s: %v", n, host, got)
 		}
-	}
-	return n
+	})
 }

@@ -230,7 +230,7 @@ func (s *Server) launch() (exited bool, err error) {
 	addr := s.addr()
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = s.dir
-	out := &lineWriter{w: s.logw, prefix: s.name + " " + addr + ": "}
+	out := &proc.LineWriter{W: s.logw, Prefix: s.name + " " + addr + ": "}
 	cmd.Stdout, cmd.Stderr = out, out
 	p, err := proc.Start(cmd)
 	if err != nil {

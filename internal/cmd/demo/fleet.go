@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/coretest"
+	"github.com/pgcluster/pgcluster/internal/proc"
 )
 
 // fleetSize is how many CoreDNS instances the demo runs.
@@ -75,7 +75,7 @@ func startInstance(ctx context.Context, w io.Writer, bin, tmp, name string, port
 		},
 		DNSPort: port,
 		Claims:  claims,
-		Output:  &prefixWriter{w: w, prefix: name + ": "},
+		Output:  &proc.LineWriter{W: w, Prefix: name + ": "},
 		Ready: func(ci *coretest.Instance) (err error) {
 			answer, err = probe(ci.Addr())
 			return err
@@ -158,33 +158,6 @@ func stopFleet(fleet []*instance) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// prefixWriter writes each complete line it is given to w in one Write,
-// after a prefix naming the process.
-type prefixWriter struct {
-	w      io.Writer
-	prefix string
-
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (p *prefixWriter) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.buf = append(p.buf, b...)
-	for {
-		i := bytes.IndexByte(p.buf, '\n')
-		if i < 0 {
-			return len(b), nil
-		}
-		line := p.buf[:i+1]
-		if _, err := io.WriteString(p.w, p.prefix+string(line)); err != nil {
-			return len(b), err
-		}
-		p.buf = p.buf[i+1:]
-	}
 }
 
 // Redis modes, as the redis_mode metric labels them.
