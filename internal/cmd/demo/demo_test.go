@@ -217,13 +217,3 @@ func TestCheckFree(t *testing.T) {
 	}
 }
 
-// TestPrefixWriter checks that lines are prefixed whole.
-func TestPrefixWriter(t *testing.T) {
-	var b bytes.Buffer
-	p := &proc.LineWriter{W: &b, Prefix: "coredns-1: "}
-	p.Write([]byte("one\ntw"))
-	p.Write([]byte("o\nListen: listen tcp 127.0.0.1:1: bind: address already in use\npartial"))
-	if want := "coredns-1: one\ncoredns-1: two\ncoredns-1: Listen: listen tcp 127.0.0.1:1: bind: address already in use\n"; b.String() != want {
-		t.Errorf("the line writer wrote %q, want %q", b.String(), want)
-	}
-}
