@@ -28,6 +28,16 @@ type readJob struct {
 //
 // A read that fails is tried again a cycle later.
 func (c *Coordinator) reads(ctx context.Context) {
+	c.everyCycle(ctx, c.readWake, func() {
+		if j, ok := c.nextRead(); ok {
+			c.read(ctx, j)
+		}
+	})
+}
+
+// everyCycle calls fn every cycle, and at once whenever wake fires (a nil
+// wake never does), until ctx is done.
+func (c *Coordinator) everyCycle(ctx context.Context, wake <-chan struct{}, fn func()) {
 	t := time.NewTicker(c.b.cycle)
 	defer t.Stop()
 	for {
@@ -35,11 +45,9 @@ func (c *Coordinator) reads(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		case <-c.readWake:
+		case <-wake:
 		}
-		if j, ok := c.nextRead(); ok {
-			c.read(ctx, j)
-		}
+		fn()
 	}
 }
 

@@ -38,18 +38,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		}
 	})
 	wg.Go(func() { c.reads(ctx) })
-	wg.Go(func() {
-		t := time.NewTicker(c.b.cycle)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.tend(ctx)
-			}
-		}
-	})
+	wg.Go(func() { c.everyCycle(ctx, nil, func() { c.tend(ctx) }) })
 	c.awaitSynced(ctx)
 	c.awaitChecked(ctx)
 	apply(c.view())
