@@ -216,4 +216,3 @@ func TestCheckFree(t *testing.T) {
 		t.Errorf("checkFree(%s), a port in use, = nil; want an error", l.Addr())
 	}
 }
-
