@@ -3,11 +3,9 @@ package pgcluster
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
@@ -187,36 +186,17 @@ func TestChecksOffNoTargets(t *testing.T) {
 	}
 }
 
-// countingListener accepts connections on a loopback port, closes them, and
-// counts them: a node's port, probed by check tcp.
-type countingListener struct {
-	l        net.Listener
-	accepted atomic.Int64
-}
+// countingListener is a node's port, probed by check tcp: it accepts
+// connections, closes them, and counts them (coretest.Backend).
+type countingListener struct{ *coretest.Backend }
 
 func listenCounting(t *testing.T) *countingListener {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &countingListener{l: l}
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.accepted.Add(1)
-			conn.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close() })
-	return c
+	return &countingListener{coretest.NewBackend(t, "127.0.0.1")}
 }
 
 func (c *countingListener) node(name string, healthy bool) Node {
-	ap := netip.MustParseAddrPort(c.l.Addr().String())
+	ap := netip.MustParseAddrPort(c.Addr())
 	return Node{Cluster: "local", Name: name, Address: ap.Addr(), Port: int(ap.Port()), Role: roleStandby, Healthy: healthy}
 }
 
@@ -231,7 +211,7 @@ func TestUnhealthyNotProbed(t *testing.T) {
 	pb := runChecks(t, set)
 	probed := func(c *countingListener, n int64) error {
 		return pgtest.WaitFor(5*time.Second, func() error {
-			if got := c.accepted.Load(); got < n {
+			if got := c.Accepts(); got < n {
 				return fmt.Errorf("%d probes, want %d", got, n)
 			}
 			return nil
@@ -242,7 +222,7 @@ func TestUnhealthyNotProbed(t *testing.T) {
 	if err := probed(ok, 5); err != nil {
 		t.Fatalf("the healthy node: %v", err)
 	}
-	if n := sick.accepted.Load(); n != 0 {
+	if n := sick.Accepts(); n != 0 {
 		t.Errorf("the node the registry marks unhealthy was probed %d times while the healthy one was probed 5", n)
 	}
 
@@ -253,12 +233,12 @@ func TestUnhealthyNotProbed(t *testing.T) {
 
 	pb.apply([]Node{ok.node("ok", true), sick.node("sick", false)}, nil)
 	// A probe in flight when the targets change may still land.
-	before := sick.accepted.Load() + 1
-	okBefore := ok.accepted.Load()
+	before := sick.Accepts() + 1
+	okBefore := ok.Accepts()
 	if err := probed(ok, okBefore+5); err != nil {
 		t.Fatalf("the healthy node: %v", err)
 	}
-	if n := sick.accepted.Load(); n > before {
+	if n := sick.Accepts(); n > before {
 		t.Errorf("marked unhealthy again: probed %d more times while the healthy node was probed 5", n-before+1)
 	}
 }
@@ -291,7 +271,7 @@ func TestCheckProbeBudget(t *testing.T) {
 	pb := runChecks(t, set)
 	total := func() (n int64) {
 		for _, l := range ls {
-			n += l.accepted.Load()
+			n += l.Accepts()
 		}
 		return n
 	}
@@ -316,8 +296,8 @@ func TestCheckProbeBudget(t *testing.T) {
 		t.Errorf("%d probes in %v, over probe_budget %d a second (%.0f)", n, took, budget, limit)
 	}
 	for i, l := range ls {
-		if l.accepted.Load() < 2 {
-			t.Errorf("node n%d probed %d times of %d: the nodes are not probed in turn", i, l.accepted.Load(), n)
+		if l.Accepts() < 2 {
+			t.Errorf("node n%d probed %d times of %d: the nodes are not probed in turn", i, l.Accepts(), n)
 		}
 	}
 	if delayed()-before < 1 {
