@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/printable"
 )
 
 // What a tool that shows the fleet (cmd/pgclusterctl) needs from an
@@ -190,7 +191,7 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 		for _, m := range memberList(c) {
 			j := Judgement{Node: m.Node, RegistryServing: m.registryOK, RegistryReason: reasonServing,
 				Serving: m.serving, Reason: m.reason, Detail: m.detail, Role: m.Role, Check: m.check, Lag: -1,
-				RegistryRole: printable(strings.ToLower(strings.TrimSpace(rows[m.Cluster+"/"+m.Name].Role)), maxRole)}
+				RegistryRole: printable.Cut(strings.ToLower(strings.TrimSpace(rows[m.Cluster+"/"+m.Name].Role)), maxRole)}
 			if !m.registryOK {
 				j.RegistryReason = m.reason
 			}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/printable"
 )
 
 // nodeTXT explains a node's state: in or out, its role, why, and the
@@ -27,7 +28,7 @@ func nodeTXT(m *member, primaries int, set *settings) []string {
 	}
 	txt = append(txt, fmt.Sprintf("port=%d", m.Port), "reason="+m.reason)
 	if detail != "" {
-		txt = append(txt, printable("detail="+detail, maxTXTString))
+		txt = append(txt, printable.Cut("detail="+detail, maxTXTString))
 	}
 	if set != nil && set.checksOn() {
 		txt = append(txt, checkTXT(m, set)...)
@@ -132,16 +133,3 @@ const (
 
 // maxRole bounds the role shown in TXT records: the column is free text.
 const maxRole = 63
-
-// printable returns s cut to max bytes, with every byte that is not
-// printable ASCII, and the TXT escape characters \ and ", replaced by '?',
-// so that a TXT string made from it always packs.
-func printable(s string, max int) string {
-	b := []byte(s[:min(len(s), max)])
-	for i, c := range b {
-		if c < 0x20 || c > 0x7e || c == '\\' || c == '"' {
-			b[i] = '?'
-		}
-	}
-	return string(b)
-}

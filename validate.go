@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/printable"
 )
 
 // Skip reasons, the values of the rows_skipped metric's reason label.
@@ -114,7 +115,7 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 			continue
 		}
 		seen[nl] = true
-		n.Cluster, n.Name, n.Role = cl, nl, printable(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
+		n.Cluster, n.Name, n.Role = cl, nl, printable.Cut(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
 		m := judge(n, in)
 		c.members = append(c.members, m)
 		// Only nodes the registry allows are checked: no instance connects

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/printable"
 	"github.com/pgcluster/pgcluster/internal/ratelog"
 )
 
@@ -181,7 +182,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	if err != nil {
 		return nil, err
 	}
-	l.secret, l.name = cfg.Secret, clipName(cfg.Name)
+	l.secret, l.name = cfg.Secret, printable.Cut(cfg.Name, maxMemberName)
 	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
 	if err != nil {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/internal/printable"
 )
 
 // membersSuffix names the sorted set of live instances under a prefix:
@@ -192,7 +194,7 @@ func nameOf(entry, token, prefix string, secret []byte) (string, error) {
 		if i >= 0 && isSignature(entry[i+1:]) {
 			entry = entry[:i]
 		}
-		return printableName(entry), nil
+		return printable.Cut(entry, maxMemberName), nil
 	}
 	if i < 0 {
 		return "", refuse(refusedUnsigned, "name of member %s has no signature, and redis_secret is set", quoteRedis(token))
@@ -201,7 +203,7 @@ func nameOf(entry, token, prefix string, secret []byte) (string, error) {
 	if !hmac.Equal([]byte(sig), []byte(hex.EncodeToString(mac(secret, "name "+prefix, []byte(token+" "+name))))) {
 		return "", refuse(refusedSignature, "name of member %s is not signed with the secret", quoteRedis(token))
 	}
-	return printableName(name), nil
+	return printable.Cut(name, maxMemberName), nil
 }
 
 // isSignature reports whether s has the form of a signature: the hex of
@@ -209,27 +211,6 @@ func nameOf(entry, token, prefix string, secret []byte) (string, error) {
 func isSignature(s string) bool {
 	_, err := hex.DecodeString(s)
 	return len(s) == 2*sha256.Size && err == nil
-}
-
-// printableName is a name read from Redis as it may be shown: printable
-// ASCII, anything else as '?', so that no one's write can put control
-// characters on an operator's terminal.
-func printableName(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if c < ' ' || c > '~' {
-			b[i] = '?'
-		}
-	}
-	return string(b)
-}
-
-// clipName cuts an instance's name to what a member stores.
-func clipName(s string) string {
-	if len(s) <= maxMemberName {
-		return s
-	}
-	return s[:maxMemberName]
 }
 
 // Membership is what a heartbeat read of the fleet.
