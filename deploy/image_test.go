@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"debug/elf"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
@@ -27,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
@@ -139,7 +139,7 @@ func TestImage(t *testing.T) {
 			"PGCLUSTER_POSTGRES":     dsn,
 			"PGCLUSTER_CHECK":        "user=postgres dbname=postgres sslmode=disable",
 			"PGCLUSTER_REDIS_URL":    rdb.URL(),
-			"PGCLUSTER_REDIS_SECRET": randomHex(t, 32),
+			"PGCLUSTER_REDIS_SECRET": coretest.RandomHex(32),
 		}
 		env := map[string]string{}
 		for name := range k8sEnv(t, ms) {
@@ -356,14 +356,4 @@ func tlsRegistry(t testing.TB) (*pgtest.Postgres, []byte) {
 	}
 	pg := registry(t, pgtest.Options{Settings: map[string]string{"ssl": "on", "ssl_cert_file": certFile, "ssl_key_file": keyFile}})
 	return pg, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
-}
-
-// randomHex returns n random bytes in hex.
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

@@ -6,7 +6,9 @@
 # podman (make image and its test), systemd-analyze (the systemd unit's
 # test), promtool (Debian's prometheus package: the alerting rules' tests in
 # deploy/monitoring/) and the CA certificates the image ships, then
-# downloads the Go modules. It is idempotent: it installs nothing that is
+# downloads the Go modules: pgcluster's, and every module the plugin.cfg
+# recipe of docs/ship.md needs to build all of CoreDNS with pgcluster (its
+# test, TestPluginCfgBuild, runs it with the network off). It is idempotent: it installs nothing that is
 # present. As root on Debian it installs with apt-get; as another user it
 # says what is missing and how to install it.
 #
@@ -90,3 +92,35 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 go mod download
 say "go mod download: done ($(go version | cut -d' ' -f3))"
+
+# The plugin.cfg recipe's modules: the recipe's own steps up to go get, in
+# a scratch copy of CoreDNS's source, first with the network off (nothing
+# is fetched when the cache already holds every module), else with it.
+plugincfg_modules() {
+	local repo version src dir
+	repo=$PWD
+	version=$(go list -m -f '{{.Version}}' github.com/coredns/coredns)
+	go mod download "github.com/coredns/coredns@$version"
+	src="$(go env GOMODCACHE)/github.com/coredns/coredns@$version"
+	dir=$(mktemp -d)
+	cp -R "$src/." "$dir"
+	chmod -R u+w "$dir"
+	(
+		cd "$dir"
+		sed -i 's|^file:file$|pgcluster:github.com/pgcluster/pgcluster\nfile:file|' plugin.cfg
+		go mod edit -replace github.com/pgcluster/pgcluster="$repo" \
+			-require github.com/pgcluster/pgcluster@v0.0.0-00010101000000-000000000000
+		if GOPROXY=off GOFLAGS= go generate coredns.go >/dev/null 2>&1 && GOPROXY=off GOFLAGS= go get >/dev/null 2>&1; then
+			say "CoreDNS $version's modules (the plugin.cfg recipe): present"
+		else
+			say "CoreDNS $version's modules (the plugin.cfg recipe): downloading"
+			GOFLAGS= go mod download
+			GOFLAGS= go generate coredns.go >/dev/null
+			GOFLAGS= go get 2>&1 | grep -v '^go: \(downloading\|upgraded\|added\|module .* is deprecated\)' || true
+			GOPROXY=off GOFLAGS= go get >/dev/null
+			say "CoreDNS $version's modules (the plugin.cfg recipe): done"
+		fi
+	)
+	rm -rf "$dir"
+}
+plugincfg_modules

@@ -3,9 +3,9 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,76 +14,31 @@ import (
 	"github.com/miekg/dns"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
-// fleetBackend is a TCP listener standing for a node of a fleet test, on an
-// address of its own (so that answers tell the nodes apart), that records
-// when each probe reached it.
+// fleetBackend is a node of a fleet test (coretest.Backend), on an address
+// of its own (so that answers tell the nodes apart), by host and port as
+// the registry rows write them.
 type fleetBackend struct {
+	*coretest.Backend
 	host, port string
-
-	mu     sync.Mutex
-	l      net.Listener
-	probes []time.Time
 }
 
 func openFleetBackend(t testing.TB, host string) *fleetBackend {
 	t.Helper()
-	b := &fleetBackend{host: host}
-	b.listen(t, host+":0")
-	_, b.port, _ = net.SplitHostPort(b.l.Addr().String())
-	t.Cleanup(b.close)
-	return b
-}
-
-func (b *fleetBackend) listen(t testing.TB, addr string) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on %s: %v", addr, err)
-	}
-	b.mu.Lock()
-	b.l = l
-	b.mu.Unlock()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			b.mu.Lock()
-			b.probes = append(b.probes, time.Now())
-			b.mu.Unlock()
-			c.Close()
-		}
-	}()
+	b := coretest.NewBackend(t, host)
+	return &fleetBackend{Backend: b, host: host, port: strconv.Itoa(b.Port)}
 }
 
 // close refuses connections from now on; open accepts again.
-func (b *fleetBackend) close() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.l != nil {
-		b.l.Close()
-		b.l = nil
-	}
-}
-
-func (b *fleetBackend) open(t testing.TB) { b.listen(t, net.JoinHostPort(b.host, b.port)) }
+func (b *fleetBackend) close()            { b.Close() }
+func (b *fleetBackend) open(t testing.TB) { b.Open(t) }
 
 // probesIn returns the times of the probes that reached b in [from, to).
-func (b *fleetBackend) probesIn(from, to time.Time) []time.Time {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []time.Time
-	for _, p := range b.probes {
-		if !p.Before(from) && p.Before(to) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+func (b *fleetBackend) probesIn(from, to time.Time) []time.Time { return b.AcceptsIn(from, to) }
 
 // fleetOptions are a fleet test's check options.
 type fleetOptions struct {

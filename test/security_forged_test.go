@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
@@ -66,7 +67,7 @@ func statusMessage(version int64, key string, status []byte) string {
 // after the backend went down is counted stale and brings nothing back.
 func TestSecurityForgedStatus(t *testing.T) {
 	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
-	secret := randomHex(t, 24)
+	secret := coretest.RandomHex(24)
 	rs := redistest.Start(t)
 	raw := rs.Client(t)
 	ctx := Ctx(t)

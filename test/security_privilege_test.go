@@ -2,8 +2,6 @@ package test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
@@ -44,7 +43,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
 	ctx := Ctx(t)
 	grants, acls := readmeGrants(t), readmeACLs(t)
-	pgPass, redisPass := randomHex(t, 12), randomHex(t, 12)
+	pgPass, redisPass := coretest.RandomHex(12), coretest.RandomHex(12)
 
 	pg := pgtest.New(t)
 	pg.MustExec(t, "CREATE DATABASE "+readmeDatabase)
@@ -313,14 +312,4 @@ func mustExec(ctx context.Context, t testing.TB, conn *pgx.Conn, sql string) {
 	if _, err := conn.Exec(ctx, sql); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
-}
-
-// randomHex returns n random bytes in hex: a password.
-func randomHex(t testing.TB, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
 }

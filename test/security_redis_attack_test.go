@@ -13,6 +13,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
 
@@ -365,7 +366,7 @@ func (a *attackRun) fakeMembers(n int) []string {
 	var fakes []string
 	var zs []redis.Z
 	for range n {
-		tok := randomHex(a.t, 16)
+		tok := coretest.RandomHex(16)
 		fakes = append(fakes, tok)
 		zs = append(zs, redis.Z{Score: until, Member: tok})
 	}

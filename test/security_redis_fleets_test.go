@@ -10,6 +10,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 )
 
 // Attack 7: a second fleet (B) with the same zone, so the same default
@@ -37,7 +38,7 @@ func attackTwoFleets(t *testing.T, a *attackRun) {
 		node         int
 	}{
 		{"the same secret", r.secret, a.stop, 1},
-		{"another secret", randomHex(t, 24), a.unhealthy, 2},
+		{"another secret", coretest.RandomHex(24), a.unhealthy, 2},
 	} {
 		marks := logMarks(r.ins)
 		b := startTogether(t, r.corefileOf(r.pg.DSN("staging"), part.secret), 2)

@@ -80,7 +80,7 @@ type redisRig struct {
 
 func newRedisRig(t *testing.T) *redisRig {
 	t.Helper()
-	r := &redisRig{t: t, pg: Registry(t), rs: redistest.Start(t), secret: randomHex(t, 24)}
+	r := &redisRig{t: t, pg: Registry(t), rs: redistest.Start(t), secret: coretest.RandomHex(24)}
 	r.rdb = r.rs.Client(t)
 	var rows []string
 	for i, h := range attackHosts {
@@ -220,7 +220,7 @@ func (r *redisRig) undo() {
 		r.t.Fatalf("FLUSHALL: %v", err)
 	}
 	for _, b := range r.backends {
-		if b.closed() {
+		if b.Closed() {
 			b.open(r.t)
 		}
 	}
@@ -244,12 +244,6 @@ func (r *redisRig) replace() {
 		r.t.Fatalf("new instances are not steady: %v", err)
 	}
 	r.restart = false
-}
-
-func (b *fleetBackend) closed() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.l == nil
 }
 
 // attackRun is one attack on the rig.

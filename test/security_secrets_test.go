@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pgcluster/pgcluster"
+	"github.com/pgcluster/pgcluster/internal/coretest"
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
@@ -26,9 +27,9 @@ func TestSecuritySecretsNotLogged(t *testing.T) {
 	const interval, timeout = 200 * time.Millisecond, 100 * time.Millisecond
 	ctx := Ctx(t)
 	// Reserved characters, so that an encoded form is also looked for.
-	pgPass := "dsn/pw+" + randomHex(t, 10)
-	redisPass := "redis@pw#" + randomHex(t, 10)
-	secret := "redis-secret-" + randomHex(t, 16)
+	pgPass := "dsn/pw+" + coretest.RandomHex(10)
+	redisPass := "redis@pw#" + coretest.RandomHex(10)
+	secret := "redis-secret-" + coretest.RandomHex(16)
 	secrets := map[string][]string{}
 	for name, s := range map[string]string{"DSN password": pgPass, "Redis password": redisPass, "redis_secret": secret} {
 		secrets[name] = []string{s, url.QueryEscape(s), url.PathEscape(s), strings.TrimPrefix(url.UserPassword("", s).String(), ":")}

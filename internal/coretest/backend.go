@@ -6,12 +6,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Backend is a node as check tcp sees it: a TCP listener on a loopback
-// address that accepts every connection and closes it at once. Closed, its
-// connections are refused; opened again, it listens on the same address.
-// It is closed when the test ends.
+// address that accepts every connection and closes it at once, noting when.
+// Closed, its connections are refused; opened again, it listens on the same
+// address. It is closed when the test ends.
 type Backend struct {
 	Host string
 	Port int
@@ -19,6 +20,7 @@ type Backend struct {
 	accepts atomic.Int64
 	mu      sync.Mutex
 	l       net.Listener // nil while closed
+	times   []time.Time  // when each connection was accepted
 }
 
 // NewBackend listens on a free port of host.
@@ -38,6 +40,26 @@ func (b *Backend) Addr() string { return net.JoinHostPort(b.Host, strconv.Itoa(b
 
 // Accepts counts the connections accepted so far.
 func (b *Backend) Accepts() int64 { return b.accepts.Load() }
+
+// AcceptsIn returns when the connections accepted in [from, to) were.
+func (b *Backend) AcceptsIn(from, to time.Time) []time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []time.Time
+	for _, at := range b.times {
+		if !at.Before(from) && at.Before(to) {
+			out = append(out, at)
+		}
+	}
+	return out
+}
+
+// Closed reports whether the backend refuses connections.
+func (b *Backend) Closed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.l == nil
+}
 
 // Close stops accepting: connections are refused from now on.
 func (b *Backend) Close() {
@@ -89,8 +111,12 @@ func (b *Backend) listen(addr string) error {
 			if err != nil {
 				return
 			}
-			b.accepts.Add(1)
+			at := time.Now()
 			c.Close()
+			b.mu.Lock()
+			b.times = append(b.times, at)
+			b.mu.Unlock()
+			b.accepts.Add(1)
 		}
 	}()
 	return nil

@@ -219,8 +219,9 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 }
 
 // A Backend accepts while open, refuses while closed, listens on the same
-// address once opened again, and counts what it accepted.
+// address once opened again, and counts what it accepted and when.
 func TestBackend(t *testing.T) {
+	start := time.Now()
 	b := NewBackend(t, "127.0.0.1")
 	dial := func() error {
 		c, err := net.DialTimeout("tcp", b.Addr(), time.Second)
@@ -233,10 +234,16 @@ func TestBackend(t *testing.T) {
 		t.Fatalf("open backend: %v", err)
 	}
 	b.Toggle(t)
+	if !b.Closed() {
+		t.Fatal("a toggled backend says it is open")
+	}
 	if err := dial(); err == nil {
 		t.Fatal("closed backend accepted a connection")
 	}
 	b.Toggle(t)
+	if b.Closed() {
+		t.Fatal("a backend toggled twice says it is closed")
+	}
 	if err := dial(); err != nil {
 		t.Fatalf("backend opened again: %v", err)
 	}
@@ -246,5 +253,12 @@ func TestBackend(t *testing.T) {
 	}
 	if n := b.Accepts(); n != 2 {
 		t.Errorf("%d connections counted, want 2", n)
+	}
+	end := time.Now()
+	if got := b.AcceptsIn(start, end); len(got) != 2 || got[1].Before(got[0]) {
+		t.Errorf("accepted at %v, want two times in order", got)
+	}
+	if got := b.AcceptsIn(end, end.Add(time.Hour)); len(got) != 0 {
+		t.Errorf("accepted at %v after the last dial, want none", got)
 	}
 }
