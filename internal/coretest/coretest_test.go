@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,6 +142,19 @@ func TestStart(t *testing.T) {
 	}
 	if err := in.Wait(10*time.Second, func() error { return soa(in) }); err != nil {
 		t.Fatalf("thawed: %v", err)
+	}
+
+	// What a failed test shows: every line of the log, each after the
+	// time it was written.
+	stamped := strings.Split(strings.TrimSuffix(in.StampedLog(), "\n"), "\n")
+	plain := strings.Split(strings.TrimSuffix(in.Log(), "\n"), "\n")
+	if len(stamped) != len(plain) || len(plain) < 2 {
+		t.Fatalf("stamped log of %d lines, log of %d:\n%s", len(stamped), len(plain), in.StampedLog())
+	}
+	for i, l := range stamped {
+		if at, rest, _ := strings.Cut(l, " "); !regexp.MustCompile(`^\d\d:\d\d:\d\d\.\d{3}$`).MatchString(at) || rest != plain[i] {
+			t.Errorf("stamped line %q, want the time and %q", l, plain[i])
+		}
 	}
 
 	in.Kill()

@@ -91,8 +91,10 @@ type Instance struct {
 	Ports
 	cfg Config
 	p   *proc.Process
-	log *proc.Buffer // nil when cfg.Output has the output
-	out *watch
+	// log is the output, stamped the same with each line's time (see
+	// StampedLog); both nil when cfg.Output has the output.
+	log, stamped *proc.Buffer
+	out          *watch
 }
 
 // StartProcess starts an instance on free ports (see FreePorts) without
@@ -107,8 +109,8 @@ func StartProcess(cfg Config) (*Instance, error) {
 	}
 	in := &Instance{Ports: ports, cfg: cfg, out: &watch{w: cfg.Output}}
 	if in.out.w == nil {
-		in.log = &proc.Buffer{}
-		in.out.w = in.log
+		in.log, in.stamped = &proc.Buffer{}, &proc.Buffer{}
+		in.out.w = io.MultiWriter(in.log, &proc.LineWriter{W: in.stamped, Stamp: true})
 	}
 	command := cfg.Command
 	if command == nil {
@@ -298,6 +300,18 @@ func (in *Instance) Log() string {
 		return ""
 	}
 	return in.log.String()
+}
+
+// StampedLog is Log with each line after the time it was written
+// (CoreDNS does not stamp its lines), a last line not ended yet as it is:
+// what a failed test shows, so that an instance's lines can be read beside
+// the test's own timeline.
+func (in *Instance) StampedLog() string {
+	if in.stamped == nil {
+		return ""
+	}
+	plain := in.log.String()
+	return in.stamped.String() + plain[strings.LastIndexByte(plain, '\n')+1:]
 }
 
 // Pid returns the instance's process id.

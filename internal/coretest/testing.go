@@ -43,7 +43,7 @@ func StartNoWait(t testing.TB, cfg Config) *Instance {
 			t.Errorf("%s (built with -race) found a data race", in)
 		}
 		if t.Failed() {
-			t.Logf("%s (pid %d), %s; its log:\n%s", in, in.Pid(), in.State(), in.Log())
+			t.Logf("%s (pid %d), %s; its log:\n%s", in, in.Pid(), in.State(), in.StampedLog())
 		}
 	})
 	return in

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"sync"
+	"time"
 )
 
 // LineWriter writes each complete line it is given to W in one Write,
@@ -12,6 +13,10 @@ import (
 type LineWriter struct {
 	W      io.Writer
 	Prefix string
+	// Stamp puts the time a line ended (15:04:05.000, local time) before
+	// its Prefix: a process that does not stamp its lines (CoreDNS's log)
+	// can be read beside another's.
+	Stamp bool
 
 	mu  sync.Mutex
 	buf []byte
@@ -28,6 +33,9 @@ func (l *LineWriter) Write(p []byte) (int, error) {
 			return len(p), nil
 		}
 		line := l.Prefix + string(l.buf[:i+1])
+		if l.Stamp {
+			line = time.Now().Format("15:04:05.000 ") + line
+		}
 		l.buf = l.buf[i+1:]
 		if _, err := io.WriteString(l.W, line); err != nil {
 			return len(p), err
