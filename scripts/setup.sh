@@ -8,9 +8,10 @@
 # deploy/monitoring/) and the CA certificates the image ships, then
 # downloads the Go modules: pgcluster's, and every module the plugin.cfg
 # recipe of docs/ship.md needs to build all of CoreDNS with pgcluster (its
-# test, TestPluginCfgBuild, runs it with the network off). It is idempotent: it installs nothing that is
-# present. As root on Debian it installs with apt-get; as another user it
-# says what is missing and how to install it.
+# test, TestPluginCfgBuild, runs it with the network off). It is
+# idempotent: it installs nothing that is present. As root on Debian it
+# installs with apt-get; as another user it says what is missing and how to
+# install it.
 #
 # No service is left running: tests start their own servers on free ports, so
 # nothing may listen on a fixed port (6379, 5432) while they run.

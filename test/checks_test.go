@@ -27,12 +27,6 @@ func openBackend(t *testing.T, host string) *backend {
 	return &backend{Backend: b, addr: b.Addr()}
 }
 
-// close stops accepting: connections are refused.
-func (b *backend) close() { b.Close() }
-
-// open accepts again on the same address.
-func (b *backend) open(t *testing.T) { b.Open(t) }
-
 func (b *backend) host() string { h, _, _ := net.SplitHostPort(b.addr); return h }
 func (b *backend) port() string { _, p, _ := net.SplitHostPort(b.addr); return p }
 
@@ -69,9 +63,9 @@ func TestCheckTCPFlips(t *testing.T) {
 	}
 	var outs, ins []time.Duration
 	for range 20 {
-		b.close()
+		b.Close()
 		outs = append(outs, waitFor(both[:1]))
-		b.open(t)
+		b.Open(t)
 		ins = append(ins, waitFor(both))
 	}
 	outBudget, inBudget := fall*interval+timeout, rise*interval
@@ -111,8 +105,8 @@ func TestCheckAllDown(t *testing.T) {
 		}
 		return nil
 	})
-	a.close()
-	b.close()
+	a.Close()
+	b.Close()
 	Eventually(t, 10*time.Second, func() error {
 		body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
 		if err != nil || !strings.Contains(body, `coredns_pgcluster_check_targets{state="down",zone="pgcluster.lan."} 2`) {

@@ -66,7 +66,7 @@ func BenchmarkFleet(b *testing.B) {
 	secs := to.Sub(from).Seconds()
 	var counts []int
 	for _, bk := range f.backends {
-		counts = append(counts, len(bk.probesIn(from, to)))
+		counts = append(counts, len(bk.AcceptsIn(from, to)))
 	}
 	want := int(to.Sub(from) / interval)
 	fmt.Printf("dedup: probes per backend in %.1fs at interval %v: %v (one prober: %d; three: %d)\n", secs, interval, counts, want, 3*want)

@@ -84,7 +84,7 @@ func TestFleetRedisCluster(t *testing.T) {
 		}
 	}
 	for _, i := range off {
-		f.backends[i].close()
+		f.backends[i].Close()
 	}
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(off...)))
 	in := StartFleetInstanceNoWait(t, corefile)
@@ -95,7 +95,7 @@ func TestFleetRedisCluster(t *testing.T) {
 	t.Logf("the late instance's %d answers held none of backends %v, down and stored on nodes %v", n, off, slices.Sorted(maps.Keys(seen)))
 	ins = append(ins, in)
 	for _, i := range off {
-		f.backends[i].open(t)
+		f.backends[i].Open(t)
 	}
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))

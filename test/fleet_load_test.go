@@ -54,15 +54,15 @@ func TestFleetUnderLoad(t *testing.T) {
 		out <- b
 	}()
 	// Meanwhile: flips, Redis away and back.
-	f.backends[0].close()
+	f.backends[0].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(0)))
 	rs.Stop()
-	f.backends[0].open(t)
+	f.backends[0].Open(t)
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 	if err := rs.Start(); err != nil {
 		t.Fatal(err)
 	}
-	f.backends[1].close()
+	f.backends[1].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(1)))
 	report := string(<-out)
 	t.Logf("dnsperf against %s for %ds:\n%s", ins[0].Addr(), seconds, report)

@@ -33,13 +33,6 @@ func openFleetBackend(t testing.TB, host string) *fleetBackend {
 	return &fleetBackend{Backend: b, host: host, port: strconv.Itoa(b.Port)}
 }
 
-// close refuses connections from now on; open accepts again.
-func (b *fleetBackend) close()            { b.Close() }
-func (b *fleetBackend) open(t testing.TB) { b.Open(t) }
-
-// probesIn returns the times of the probes that reached b in [from, to).
-func (b *fleetBackend) probesIn(from, to time.Time) []time.Time { return b.AcceptsIn(from, to) }
-
 // fleetOptions are a fleet test's check options.
 type fleetOptions struct {
 	interval, timeout time.Duration
@@ -210,9 +203,9 @@ func (f *fleet) dropTimes(t testing.TB, ins []*Instance, i int, down bool) []tim
 	// The watchers are polling before the change.
 	time.Sleep(5 * time.Millisecond)
 	if down {
-		f.backends[i].close()
+		f.backends[i].Close()
 	} else {
-		f.backends[i].open(t)
+		f.backends[i].Open(t)
 	}
 	wg.Wait()
 	for k, tm := range times {
@@ -273,7 +266,7 @@ func spread(times []time.Time) time.Duration {
 
 // maxGap is the longest time between consecutive probes of b in [from, to).
 func maxGap(b *fleetBackend, from, to time.Time) time.Duration {
-	ps := b.probesIn(from, to)
+	ps := b.AcceptsIn(from, to)
 	prev, gap := from, time.Duration(0)
 	for _, p := range ps {
 		gap = max(gap, p.Sub(prev))
@@ -337,7 +330,7 @@ func TestFleetRedis(t *testing.T) {
 	to := time.Now()
 	single := float64(to.Sub(from) / interval)
 	for i, b := range f.backends {
-		n := float64(len(b.probesIn(from, to)))
+		n := float64(len(b.AcceptsIn(from, to)))
 		t.Logf("backend %d: %v probes in %v (one prober: %v)", i, n, to.Sub(from).Round(time.Millisecond), single)
 		if n > 1.6*single || n < 0.5*single {
 			t.Errorf("backend %d probed %v times in %v; one prober makes %v", i, n, to.Sub(from), single)
@@ -350,14 +343,14 @@ func TestFleetRedis(t *testing.T) {
 	t.Logf("flip spread between instances: down %v, up %v", spread(down), spread(up))
 
 	// Cold start while backend 1 is down: the new instance never answers it.
-	f.backends[1].close()
+	f.backends[1].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(1)))
 	late := StartFleetInstanceNoWait(t, corefile)
 	if n := neverAnswers(t, late, f.backends[1].host); n == 0 {
 		t.Fatal("the late instance never answered")
 	}
 	ins = append(ins, late)
-	f.backends[1].open(t)
+	f.backends[1].Open(t)
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 	Eventually(t, 20*time.Second, coordinated(t, ins, len(f.backends)))
 
@@ -381,9 +374,9 @@ func TestFleetRedis(t *testing.T) {
 			t.Errorf("backend %d unprobed for %v after a SIGKILL; lease %v + interval %v", i, g, ttl, interval)
 		}
 	}
-	f.backends[2].close()
+	f.backends[2].Close()
 	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts(2)))
-	f.backends[2].open(t)
+	f.backends[2].Open(t)
 	Eventually(t, 10*time.Second, answersExactly(rest, f.hosts()))
 
 	// A holder frozen past its lease, then resumed, cannot write: its
@@ -393,7 +386,7 @@ func TestFleetRedis(t *testing.T) {
 	holder.Freeze()
 	others := rest[1:]
 	Eventually(t, 20*time.Second, coordinated(t, others, len(f.backends)))
-	f.backends[3].close() // a change only the new holders see
+	f.backends[3].Close() // a change only the new holders see
 	Eventually(t, 10*time.Second, answersExactly(others, f.hosts(3)))
 	holder.Thaw()
 	Eventually(t, 20*time.Second, coordinated(t, rest, len(f.backends)))
@@ -470,15 +463,15 @@ func TestFleetRedisOutage(t *testing.T) {
 			return nil
 		})
 		// Local checks still see a flip, in every instance.
-		f.backends[0].close()
+		f.backends[0].Close()
 		Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(0)))
-		f.backends[0].open(t)
+		f.backends[0].Open(t)
 		Eventually(t, 10*time.Second, answersExactly(ins, f.hosts()))
 		// Each instance probes every backend itself.
 		from := time.Now()
 		time.Sleep(time.Second) // a measurement window
 		for i, b := range f.backends {
-			if n := len(b.probesIn(from, time.Now())); n < 2*int(time.Second/interval) {
+			if n := len(b.AcceptsIn(from, time.Now())); n < 2*int(time.Second/interval) {
 				t.Errorf("Redis %s: backend %d probed %d times in 1s by 3 instances in local mode", how, i, n)
 			}
 		}
@@ -509,7 +502,7 @@ func TestFleetRedisOutage(t *testing.T) {
 		})
 		from, to := settle, settle.Add(time.Second)
 		for i, b := range f.backends {
-			if n := len(b.probesIn(from, to)); n > int(time.Second/interval)+2 {
+			if n := len(b.AcceptsIn(from, to)); n > int(time.Second/interval)+2 {
 				t.Errorf("Redis %s, back: backend %d probed %d times in the second after two intervals, one prober makes %d", how, i, n, time.Second/interval)
 			}
 		}
@@ -525,7 +518,7 @@ func TestFleetRedisDownAtStart(t *testing.T) {
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 2})
 	corefile := f.corefile(rs.URL())
 	rs.Stop()
-	f.backends[1].close()
+	f.backends[1].Close()
 	in := StartFleetInstance(t, corefile)
 	Eventually(t, 10*time.Second, answersExactly([]*Instance{in}, f.hosts(1)))
 	if metric(t, in, modeLocal) != 1 {
@@ -535,6 +528,6 @@ func TestFleetRedisDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	Eventually(t, 20*time.Second, coordinated(t, []*Instance{in}, len(f.backends)))
-	f.backends[1].open(t)
+	f.backends[1].Open(t)
 	Eventually(t, 10*time.Second, answersExactly([]*Instance{in}, f.hosts()))
 }

@@ -93,7 +93,7 @@ func (f *fleet) onePerBackend(t *testing.T, window time.Duration, what string) {
 	to := time.Now()
 	single := float64(to.Sub(from) / f.opts.interval)
 	for i, b := range f.backends {
-		n := float64(len(b.probesIn(from, to)))
+		n := float64(len(b.AcceptsIn(from, to)))
 		t.Logf("%s: backend %d probed %v times in %v (one prober: %v)", what, i, n, to.Sub(from).Round(time.Millisecond), single)
 		if n > 1.6*single || n < 0.5*single {
 			t.Errorf("%s: backend %d probed %v times in %v; one prober makes %v", what, i, n, to.Sub(from), single)
@@ -172,7 +172,7 @@ func TestFleetSentinel(t *testing.T) {
 	for i, b := range f.backends {
 		if i != 1 {
 			t.Logf("backend %d probed %d times in the %v from coordinated again to the end of the flip (one prober: %d)",
-				i, len(b.probesIn(again, end)), end.Sub(again).Round(time.Millisecond), int64(end.Sub(again)/interval))
+				i, len(b.AcceptsIn(again, end)), end.Sub(again).Round(time.Millisecond), int64(end.Sub(again)/interval))
 		}
 	}
 	// The holder publishes on the new master. An instance whose

@@ -27,7 +27,7 @@ func TestReloadKeepsVerdicts(t *testing.T) {
 	const interval, timeout = 500 * time.Millisecond, 200 * time.Millisecond
 	rs := redistest.Start(t)
 	f := newFleet(t, fleetOptions{interval: interval, timeout: timeout, backends: 2})
-	f.backends[1].close()
+	f.backends[1].Close()
 	up, down := f.backends[0].host, f.backends[1].host
 	local := strings.Replace(f.corefile(rs.URL()), " redis "+rs.URL()+"\n", "\n", 1)
 	if local == f.corefile(rs.URL()) {

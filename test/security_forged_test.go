@@ -144,7 +144,7 @@ func TestSecurityForgedStatus(t *testing.T) {
 	ins = append(ins, late)
 
 	// The replay: n1 goes down for real, then its captured "up" comes back.
-	f.backends[1].close()
+	f.backends[1].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, f.hosts(1)))
 	// A status of another holder is a replay once it is older than a
 	// lease (1 s here) behind the one applied.

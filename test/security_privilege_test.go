@@ -112,9 +112,9 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	})
 	// The fleet's statuses go through Redis: a flip reaches both, and a
 	// graceful stop hands the leases over (release and leave).
-	bs[0].close()
+	bs[0].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, hosts(bs[2])))
-	bs[0].open(t)
+	bs[0].Open(t)
 	Eventually(t, 10*time.Second, answersExactly(ins, hosts(bs[0], bs[2])))
 	leases := metric(t, ins[0], leasesMetric) + metric(t, ins[1], leasesMetric)
 	if err := ins[1].Term(); err != nil {

@@ -221,7 +221,7 @@ func (r *redisRig) undo() {
 	}
 	for _, b := range r.backends {
 		if b.Closed() {
-			b.open(r.t)
+			b.Open(r.t)
 		}
 	}
 	r.pg.MustExec(r.t, "UPDATE pgcluster_nodes SET healthy = true WHERE NOT healthy")
@@ -295,7 +295,7 @@ func (a *attackRun) repeat(period time.Duration, write func(ctx context.Context,
 // bound; see leaves.
 func (a *attackRun) stop(i int) {
 	a.t.Helper()
-	a.leaves(fmt.Sprintf("backend n%d stopped", i), i, func() { a.rig.backends[i].close() })
+	a.leaves(fmt.Sprintf("backend n%d stopped", i), i, func() { a.rig.backends[i].Close() })
 }
 
 // unhealthy marks node i unhealthy in the registry and checks that it

@@ -97,9 +97,9 @@ func TestSecuritySecretsNotLogged(t *testing.T) {
 	Eventually(t, 10*time.Second, answersExactly(ins, hosts))
 	scrape(ins)
 
-	bs[0].close()
+	bs[0].Close()
 	Eventually(t, 10*time.Second, answersExactly(ins, hosts[1:]))
-	bs[0].open(t)
+	bs[0].Open(t)
 	Eventually(t, 10*time.Second, answersExactly(ins, hosts))
 
 	// The registry away and back.
