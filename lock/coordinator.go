@@ -159,10 +159,15 @@ type Coordinator struct {
 	subAt        int64                      // Redis µs then
 	subscribed   bool                       // the subscription read every status since the last heartbeat (see afterResync)
 	wake         chan struct{}
-	readWake     chan struct{} // tells reads there may be something to read
-	synced       chan struct{} // closed once the first subscription read every stored status, or did not
-	syncOnce     sync.Once     // closes synced
-	gapReads     atomic.Int64  // reads of holders' statuses after a gap
+	readWake     chan struct{}        // tells reads there may be something to read
+	synced       chan struct{}        // closed once the first subscription read every stored status, or did not
+	syncOnce     sync.Once            // closes synced
+	gapReads     atomic.Int64         // reads of holders' statuses after a gap
+	writing      map[string]*keyWrite // keys with a status write in flight (see Record)
+	closing      bool                 // Run is ending: no more writes start
+	writes       sync.WaitGroup       // the writes in flight
+	writeCtx     context.Context      // the writes' context, cancelled as Run ends
+	stopWrites   context.CancelFunc
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -205,7 +210,9 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		wake:      make(chan struct{}, 1),
 		readWake:  make(chan struct{}, 1),
 		synced:    make(chan struct{}),
+		writing:   map[string]*keyWrite{},
 	}
+	c.writeCtx, c.stopWrites = context.WithCancel(context.Background())
 	sub.OnError = func(err error) { c.rlog.Logf("subscription", "%v", err) }
 	sub.OnReject = c.rejected
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
@@ -450,6 +457,12 @@ func (c *Coordinator) vouched(key string, r remoteStatus) bool {
 // instance's publishes, when it differs from the last one published (or
 // when someone else wrote the stored status meanwhile, see
 // WriteOptions.Expect).
+//
+// The write happens beside the probes, never in their way: a Redis that is
+// frozen or slow holds up the status, not the next probe, so that this
+// instance's own answers keep following the node while the fleet's wait
+// for Redis. One write per key is in flight; a verdict recorded meanwhile
+// follows it, replacing any that waited (the latest is what counts).
 func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	c.mu.Lock()
 	prev, had := c.own[t.Key]
@@ -457,6 +470,56 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	if !had || !sameVerdict(prev, p, c.cfg.WAL, false) {
 		c.signal()
 	}
+	if c.mode != ModeCoordinated || !c.held[t.Key] || c.closing {
+		c.mu.Unlock()
+		return
+	}
+	if w, busy := c.writing[t.Key]; busy {
+		w.next, w.waits = recorded{t, p}, true
+		c.mu.Unlock()
+		return
+	}
+	c.writing[t.Key] = &keyWrite{}
+	c.writes.Add(1)
+	c.mu.Unlock()
+	go c.writeLoop(recorded{t, p})
+}
+
+// recorded is a verdict Record was given for a target.
+type recorded struct {
+	t health.Target
+	p health.Progress
+}
+
+// keyWrite is a key's write in flight and the verdict waiting to follow it.
+type keyWrite struct {
+	next  recorded
+	waits bool
+}
+
+// writeLoop writes r, then each verdict recorded for its key while a write
+// was in flight, until none waits, this instance no longer holds the key,
+// or Run is ending.
+func (c *Coordinator) writeLoop(r recorded) {
+	defer c.writes.Done()
+	for {
+		c.write(r.t, r.p)
+		c.mu.Lock()
+		w := c.writing[r.t.Key]
+		if !w.waits || c.closing || c.mode != ModeCoordinated || !c.held[r.t.Key] {
+			delete(c.writing, r.t.Key)
+			c.mu.Unlock()
+			return
+		}
+		r, w.waits = w.next, false
+		c.mu.Unlock()
+	}
+}
+
+// write writes p, the verdict on t, to Redis, fenced by t's lease, as
+// Record says.
+func (c *Coordinator) write(t health.Target, p health.Progress) {
+	c.mu.Lock()
 	write := c.mode == ModeCoordinated && c.held[t.Key]
 	last, pubd := c.published[t.Key]
 	publish := !c.writtenBy[t.Key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
@@ -480,7 +543,7 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	if publish {
 		st.Seq = c.leases.seq.Add(1)
 	}
-	w, err := c.leases.writeVersioned(context.Background(), t.Key, propose, func(v int64) []byte {
+	w, err := c.leases.writeVersioned(c.writeCtx, t.Key, propose, func(v int64) []byte {
 		st.V = v
 		return encode(t.Key, st, c.cfg.Secret)
 	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl, Expect: expect})
@@ -493,6 +556,8 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case err != nil && c.writeCtx.Err() != nil:
+		// Run is ending: a write cut short says nothing of Redis.
 	case errors.Is(err, errContended):
 		// Someone without the lease keeps moving the stored version:
 		// the next probe writes again. Redis answers: no local mode.

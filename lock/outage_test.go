@@ -310,3 +310,54 @@ func windows2(counts []int) []int {
 	}
 	return w
 }
+
+// A frozen Redis holds up the statuses, not the probes: the instance that
+// holds a target keeps probing it at its interval while its writes wait
+// for Redis, so that its own answers follow the node until the fleet goes
+// local. Before, the probe loop waited for each write: a Redis frozen
+// (SIGSTOP) held the next probe for a whole call deadline (CallTimeout
+// at least), the first probe after the freeze and at most one more within
+// it.
+func TestCoordinatorProbesThroughFrozenRedis(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	srv := redistest.Start(t)
+	b := newBackend(t)
+	tg := health.Target{Key: "c/n0", Addr: b.addr}
+	var mu sync.Mutex
+	var probes []time.Time
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: MaxCallTimeout, ReadTimeout: MaxCallTimeout, WriteTimeout: MaxCallTimeout})
+	t.Cleanup(func() { rdb.Close() })
+	in := startChecked(t, rdb, []health.Target{tg},
+		Config{Prefix: "frozen:", Interval: interval, Timeout: outageTimeout, Resync: time.Second, Logf: t.Logf},
+		health.Config{Check: health.CheckTCP, Interval: interval, Timeout: outageTimeout, Rise: 1, Fall: 1,
+			Observe: func(_, _ string, d time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				probes = append(probes, time.Now().Add(-d))
+			}})
+	eventually(t, 20*time.Second, "the instance holds the target's lease and sees it up", func() bool {
+		return slices.Equal(in.coord.Held(), []string{tg.Key}) && in.state(tg.Key) == health.Up
+	})
+	frozen := time.Now()
+	if err := srv.Freeze(); err != nil {
+		t.Fatal(err)
+	}
+	window := CallTimeout - interval/2 // before the first write could have failed
+	eventually(t, 10*time.Second, "the window after the freeze has passed", func() bool { return time.Since(frozen) > window })
+	mu.Lock()
+	n := 0
+	for _, at := range probes {
+		if !at.Before(frozen) && at.Before(frozen.Add(window)) {
+			n++
+		}
+	}
+	mu.Unlock()
+	t.Logf("probes of the held target in the %v after Redis froze: %d (interval %v)", window, n, interval)
+	if n < 3 {
+		t.Errorf("%d probes of the held target in the %v after Redis froze, want about %d: the probes waited for Redis", n, window, int(window/interval))
+	}
+	if err := srv.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+}

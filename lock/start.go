@@ -46,6 +46,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
+			c.endWrites()
 			c.leave()
 			return
 		case <-c.wake:
@@ -140,4 +141,14 @@ func (c *Coordinator) unchecked() []string {
 		}
 	}
 	return out
+}
+
+// endWrites stops new status writes, cuts short those in flight, and waits
+// for them, so that none outlives Run.
+func (c *Coordinator) endWrites() {
+	c.mu.Lock()
+	c.closing = true
+	c.mu.Unlock()
+	c.stopWrites()
+	c.writes.Wait()
 }
