@@ -23,9 +23,9 @@ func (r *chaosRun) report(ran time.Duration, steps map[string]int, flaps int, pe
 	if r.pgc != nil {
 		check = "check postgres, role sessions at the default role_interval"
 	}
-	p("chaos run: %v, three instances, %s every %v (timeout %v, rise %d, fall %d)", ran.Round(time.Second), check, chaosInterval, r.timeout(), chaosRise, chaosFall)
+	p("chaos run: %v, three instances, %s every %v (timeout %v, rise %d, fall %d)", ran.Round(time.Second), check, r.interval(), r.timeout(), chaosRise, chaosFall)
 	p("budget for a change to reach every answer: fall×interval + timeout + lease = %d×%v + %v + %v = %v",
-		chaosFall, chaosInterval, r.timeout(), 3*chaosInterval+r.timeout(), r.budget())
+		chaosFall, r.interval(), r.timeout(), 3*r.interval()+r.timeout(), r.budget())
 	var done []string
 	for _, name := range slices.Sorted(maps.Keys(steps)) {
 		done = append(done, fmt.Sprintf("%s ×%d", name, steps[name]))

@@ -21,15 +21,20 @@ import (
 const (
 	chaosInterval = 500 * time.Millisecond
 	chaosTimeout  = 200 * time.Millisecond
-	// chaosPGTimeout is the timeout with check postgres: a probe is a
-	// PostgreSQL connect (a backend forked, a startup exchange, a query),
-	// and a role poll missing it counts as a failed probe; 200 ms, which a
-	// TCP connect to a listener meets whatever the load, timed out on a
-	// host loaded by the other tests (load average 15-27 on 2 cores) and
-	// took nodes out that were up.
-	chaosPGTimeout = 400 * time.Millisecond
-	chaosRise      = 2
-	chaosFall      = 2
+	// chaosPGInterval and chaosPGTimeout are the interval and timeout with
+	// check postgres, where a probe is a PostgreSQL session (a backend
+	// forked, a startup exchange, a query), not a TCP handshake. Under this
+	// run's load on a 2-core machine such a connect takes 90-400 ms; at a
+	// 400 ms timeout (interval 500 ms or 1 s alike) the instances logged
+	// 54-142 check_timeout verdicts per run, and each run had 627-1,685
+	// wrong answers, all nodes that were up left out after such a timeout
+	// (four runs). So the timeout is 800 ms, under the default 1 s, and the
+	// interval, which must exceed it, 1 s, half the default; the budget
+	// below grows with both.
+	chaosPGInterval = time.Second
+	chaosPGTimeout  = 800 * time.Millisecond
+	chaosRise       = 2
+	chaosFall       = 2
 	// chaosLease is the lease of a backend's prober (lock's default: three
 	// intervals and the timeout): the longest another instance waits
 	// before probing a backend whose prober is gone (SIGKILLed, frozen,
@@ -40,8 +45,10 @@ const (
 	// margin. A backend down longer must not be answered; a backend up
 	// longer must be; a role swapped longer ago must show.
 	chaosBudget = chaosFall*chaosInterval + chaosTimeout + chaosLease
-	// chaosPGBudget is chaosBudget with chaosPGTimeout, in the lease too.
-	chaosPGBudget = chaosBudget + 2*(chaosPGTimeout-chaosTimeout)
+	// chaosPGLease and chaosPGBudget are chaosLease and chaosBudget with
+	// check postgres's interval and timeout.
+	chaosPGLease  = 3*chaosPGInterval + chaosPGTimeout
+	chaosPGBudget = chaosFall*chaosPGInterval + chaosPGTimeout + chaosPGLease
 	// chaosPGFollowTimeout bounds the wait for one follower of the registry
 	// before a switchover's roles are recorded there: an instance the
 	// Redis attacker's second fleet sent to PostgreSQL stays there for up
@@ -243,7 +250,7 @@ func newChaosRun(t *testing.T) *chaosRun {
 		r.roles = newChaosRoles(chaosRoleHosts)
 	}
 	r.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(rows, ", "))
-	r.corefile = chaosCorefile(r.registryDSN(), r.rs.URL(), check, r.timeout())
+	r.corefile = chaosCorefile(r.registryDSN(), r.rs.URL(), check, r.interval(), r.timeout())
 	r.ins = startInstances(t, r.corefile, 3)
 	r.stops = make([]func(), 3)
 	r.coordinated()
@@ -255,8 +262,15 @@ func newChaosRun(t *testing.T) *chaosRun {
 	return r
 }
 
-// timeout is the check's timeout, budget how long a change may take to
-// reach every answer.
+// interval and timeout are the check's, budget how long a change may
+// take to reach every answer.
+func (r *chaosRun) interval() time.Duration {
+	if r.pgc != nil {
+		return chaosPGInterval
+	}
+	return chaosInterval
+}
+
 func (r *chaosRun) timeout() time.Duration {
 	if r.pgc != nil {
 		return chaosPGTimeout
@@ -290,10 +304,10 @@ func (r *chaosRun) backend(host, target string) *chaosBackend {
 
 func (r *chaosRun) targets() int { return len(chaosLocalHosts) + len(chaosRoleHosts) }
 
-// chaosCorefile is the fleet's Corefile: checks every chaosInterval,
+// chaosCorefile is the fleet's Corefile: checks every interval,
 // shared through Redis; dsn is quoted (a key=value DSN has spaces); check
 // is the check line's argument (tcp, or postgres and its options).
-func chaosCorefile(dsn, redisURL, check string, timeout time.Duration) string {
+func chaosCorefile(dsn, redisURL, check string, interval, timeout time.Duration) string {
 	return fmt.Sprintf(`%s:%s {
  bind 127.0.0.1
  prometheus 127.0.0.1:%s
@@ -309,7 +323,7 @@ func chaosCorefile(dsn, redisURL, check string, timeout time.Duration) string {
   redis %s
  }
 }
-`, Zone, PortPlaceholder, MetricsPlaceholder, dsn, chaosTTL, check, chaosInterval, timeout, chaosRise, chaosFall, redisURL)
+`, Zone, PortPlaceholder, MetricsPlaceholder, dsn, chaosTTL, check, interval, timeout, chaosRise, chaosFall, redisURL)
 }
 
 // watch starts the checker on the instance in slot, as a new incarnation.
