@@ -406,16 +406,11 @@ func (n *snapshot) targetsDiffer(s *snapshot) bool {
 
 // changedClusters returns the clusters of the nodes whose verdicts differ
 // between two views. When the probe ran does not count (TXT shows it as of
-// the cluster's last build), nor do WAL positions unless max_lag uses them.
+// the cluster's last build), nor do WAL positions (a primary's standbys'
+// replay positions and lags with them) unless max_lag uses them.
 func changedClusters(was, is health.View, wal bool) map[string]bool {
 	out := map[string]bool{}
-	differ := func(a, b health.Verdict) bool {
-		a.Last, b.Last = time.Time{}, time.Time{}
-		if !wal {
-			a.WAL, b.WAL = 0, 0
-		}
-		return a != b
-	}
+	differ := func(a, b health.Verdict) bool { return !a.Equal(b, wal) }
 	for key, v := range is {
 		if old, ok := was[key]; !ok || differ(old, v) {
 			out[clusterOf(key)] = true

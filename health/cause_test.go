@@ -1,6 +1,8 @@
 package health
 
 import (
+	"net/netip"
+	"reflect"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -60,19 +62,22 @@ func TestParseRow(t *testing.T) {
 		in   []*pgconn.Result
 		want result
 	}{
-		{row("f", "0/3000060", "7", "7714602588950529522"), result{cause: CauseOK, role: RolePrimary, wal: 0x3000060, tl: 7, sysID: 7714602588950529522}},
-		{row("t", "1/0", "0", "1"), result{cause: CauseOK, role: RoleStandby, wal: 1 << 32, sysID: 1}},
-		{row("t", "NULL", "0", "5"), result{cause: CauseOK, role: RoleStandby, sysID: 5}}, // a standby that has replayed nothing yet
-		{row("f", "0/1", "4294967295", "-1"), result{cause: CauseOK, role: RolePrimary, wal: 1, tl: 1<<32 - 1, sysID: 1<<64 - 1}},
+		{row("f", "0/3000060", "7", "7714602588950529522", "[]"), result{cause: CauseOK, role: RolePrimary, wal: 0x3000060, tl: 7, sysID: 7714602588950529522, repl: []Replica{}}},
+		{row("t", "1/0", "0", "1", "NULL"), result{cause: CauseOK, role: RoleStandby, wal: 1 << 32, sysID: 1}},
+		{row("t", "NULL", "0", "5", "NULL"), result{cause: CauseOK, role: RoleStandby, sysID: 5}}, // a standby that has replayed nothing yet
+		{row("f", "0/1", "4294967295", "-1", `[["s","::1","sync","0/1",null]]`), result{cause: CauseOK, role: RolePrimary, wal: 1, tl: 1<<32 - 1, sysID: 1<<64 - 1,
+			repl: []Replica{{Name: "s", Addr: netip.IPv6Loopback(), Sync: ReplicaSync, ReplayLSN: 1}}}},
+		{row("f", "0/1", "1", "1", "[[null,null,null,null,null]]"), result{cause: CauseOK, role: RolePrimary, wal: 1, tl: 1, sysID: 1, replHidden: true}},
 	}
 	for _, tt := range tests {
 		got, err := parseRow(tt.in)
-		if err != nil || got != tt.want {
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("parseRow(%q) = %+v, %v; want %+v", tt.in[0].Rows, got, err, tt.want)
 		}
 	}
-	for _, bad := range [][]*pgconn.Result{nil, row("f"), row("f", "0/1", "1"), row("x", "NULL", "1", "1"), row("f", "zz", "1", "1"),
-		row("f", "0/1", "4294967296", "1"), row("f", "0/1", "-1", "1"), row("f", "0/1", "1", "x"), row("f", "0/1", "NULL", "1")} {
+	for _, bad := range [][]*pgconn.Result{nil, row("f"), row("f", "0/1", "1"), row("f", "0/1", "1", "1"), row("x", "NULL", "1", "1", "NULL"), row("f", "zz", "1", "1", "NULL"),
+		row("f", "0/1", "4294967296", "1", "NULL"), row("f", "0/1", "-1", "1", "NULL"), row("f", "0/1", "1", "x", "NULL"), row("f", "0/1", "NULL", "1", "NULL"),
+		row("f", "0/1", "1", "1", "[[1]]")} {
 		if _, err := parseRow(bad); err == nil {
 			t.Errorf("parseRow(%v) succeeded, want an error", bad)
 		}

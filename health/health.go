@@ -104,6 +104,12 @@ type Verdict struct {
 	// ended the session) and the probe that tells which is in flight. A primary that is
 	// leaving does not make a split brain with one that has just been promoted.
 	Leaving bool
+	// Replicas is, for the postgres check of a primary, its standbys as pg_stat_replication
+	// showed them to the last successful probe, in name order (empty when it has none); nil
+	// for a standby, for tcp and when never read. ReplicasHidden: the check's role may not
+	// read their columns (it lacks pg_monitor), so they are unknown, not absent.
+	Replicas       []Replica
+	ReplicasHidden bool
 	// Cause is a stable word (the Cause* constants): the last probe's failure while Down, "ok" while Up.
 	Cause string
 	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).
@@ -111,6 +117,16 @@ type Verdict struct {
 	// Last is the time of the last probe (before the View holding it was published: Views are
 	// published on changes, not after every probe).
 	Last time.Time
+}
+
+// Equal reports whether v and o are the same verdict, the time of the probe
+// (Last) aside; without progress, WAL positions and the replicas' replay
+// positions and lags aside too.
+func (v Verdict) Equal(o Verdict, progress bool) bool {
+	return v.State == o.State && v.Role == o.Role && v.Timeline == o.Timeline && v.SystemID == o.SystemID &&
+		v.Leaving == o.Leaving && v.Cause == o.Cause && v.Detail == o.Detail &&
+		v.ReplicasHidden == o.ReplicasHidden && (v.Replicas == nil) == (o.Replicas == nil) &&
+		SameReplicas(v.Replicas, o.Replicas, progress) && (!progress || v.WAL == o.WAL)
 }
 
 // View is an immutable map Key -> Verdict, published whole. Never modified after publish.

@@ -13,6 +13,10 @@ type result struct {
 	wal    uint64 // postgres: the LSN read, 0 when NULL
 	tl     uint32 // postgres: a primary's timeline, 0 when unknown
 	sysID  uint64 // postgres: the system identifier, 0 when unknown
+	// postgres, on a primary: its standbys as it sees them (see
+	// Verdict.Replicas), or replHidden.
+	repl       []Replica
+	replHidden bool
 }
 
 // failure makes the result of a failed probe, its detail bounded.
@@ -62,9 +66,18 @@ func (t *tracker) record(r result, at time.Time) (changed, walMoved bool) {
 		case t.v.State != Up && t.ok >= t.rise:
 			t.v.State, t.v.Role, t.v.Cause, t.v.Detail = Up, r.role, CauseOK, ""
 			t.v.Timeline, t.v.SystemID = r.tl, r.sysID
+			t.v.Replicas, t.v.ReplicasHidden = r.repl, r.replHidden
 			changed = true
 		case t.v.State == Up:
 			changed = t.identity(r) || changed
+			// Which standbys are synchronous is a verdict change; how far
+			// each has replayed moves as WAL positions do.
+			if !SameReplicas(t.v.Replicas, r.repl, false) || t.v.ReplicasHidden != r.replHidden {
+				changed = true
+			} else if !SameReplicas(t.v.Replicas, r.repl, true) {
+				walMoved = true
+			}
+			t.v.Replicas, t.v.ReplicasHidden = r.repl, r.replHidden
 		}
 		return changed, walMoved
 	}

@@ -18,11 +18,13 @@ import (
 // the WAL position (pg_current_wal_lsn() on a primary,
 // pg_last_wal_replay_lsn() on a standby), a primary's timeline from its
 // current WAL file's name (a checkpoint's timeline lags a promotion by
-// minutes) and the system identifier.
+// minutes), the system identifier, and a primary's standbys as it sees
+// them (replicasColumn).
 const pgQuery = `SELECT r,
   CASE WHEN r THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END,
   CASE WHEN r THEN 0 ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END,
-  (SELECT system_identifier FROM pg_control_system())
+  (SELECT system_identifier FROM pg_control_system()),
+  ` + replicasColumn + `
 FROM (SELECT pg_is_in_recovery() AS r) s`
 
 // postgresProbe returns the postgres check: connect to the target with opts
@@ -122,11 +124,11 @@ func contains(ss []string, s string) bool {
 }
 
 // parseRow reads pgQuery's one row: the role from pg_is_in_recovery(), the
-// LSN (0 when NULL), the timeline (0 on a standby) and the system
-// identifier.
+// LSN (0 when NULL), the timeline (0 on a standby), the system identifier
+// and a primary's replicas.
 func parseRow(rs []*pgconn.Result) (result, error) {
-	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 4 {
-		return result{}, errors.New("the role and WAL query did not return one row of four columns")
+	if len(rs) != 1 || len(rs[0].Rows) != 1 || len(rs[0].Rows[0]) != 5 {
+		return result{}, errors.New("the role and WAL query did not return one row of five columns")
 	}
 	row := rs[0].Rows[0]
 	res := result{cause: CauseOK}
@@ -149,6 +151,9 @@ func parseRow(rs []*pgconn.Result) (result, error) {
 		return result{}, fmt.Errorf("system identifier %q is not a bigint", row[3])
 	}
 	res.sysID = uint64(id)
+	if res.repl, res.replHidden, err = parseReplicas(row[4]); err != nil {
+		return result{}, err
+	}
 	return res, nil
 }
 

@@ -43,7 +43,30 @@ type status struct {
 	Seq  uint64 `json:"seq,omitempty"`
 	OK   int    `json:"ok"`
 	Fail int    `json:"fail"`
+	// Repl is a primary's standbys as it sees them (health.Verdict's
+	// Replicas): null for a standby, [] for a primary without any, so
+	// that a status without the field (an older instance's) is not
+	// taken for a primary that has none. ReplHidden: the check's role
+	// may not read them.
+	Repl       []replicaStatus `json:"repl"`
+	ReplHidden bool            `json:"repl_hidden,omitempty"`
 }
+
+// replicaStatus is a health.Replica in a status.
+type replicaStatus struct {
+	Name string `json:"n"`
+	Addr string `json:"a,omitempty"`
+	Sync string `json:"s"`
+	LSN  uint64 `json:"l,omitempty"`
+	Lag  int64  `json:"lag,omitempty"` // µs
+}
+
+// Bounds of a status's replicas: what a primary can show (application_name
+// is at most 63 bytes), so that anyone's write stays small.
+const (
+	maxStatusReplicas = 64
+	maxReplicaName    = 63
+)
 
 func newStatus(addr netip.AddrPort, holder string, at time.Time, p health.Progress) status {
 	v := p.Verdict
@@ -52,6 +75,17 @@ func newStatus(addr netip.AddrPort, holder string, at time.Time, p health.Progre
 	if !v.Last.IsZero() {
 		s.Last = v.Last.UnixMicro()
 	}
+	if v.Replicas != nil {
+		s.Repl = make([]replicaStatus, 0, len(v.Replicas))
+	}
+	for _, r := range v.Replicas {
+		rs := replicaStatus{Name: r.Name, Sync: r.Sync, LSN: r.ReplayLSN, Lag: r.Lag.Microseconds()}
+		if r.Addr.IsValid() {
+			rs.Addr = r.Addr.String()
+		}
+		s.Repl = append(s.Repl, rs)
+	}
+	s.ReplHidden = v.ReplicasHidden
 	return s
 }
 
@@ -67,6 +101,14 @@ func (s status) progress() health.Progress {
 	if s.Last != 0 {
 		v.Last = time.UnixMicro(s.Last)
 	}
+	if s.Repl != nil {
+		v.Replicas = make([]health.Replica, 0, len(s.Repl))
+	}
+	for _, r := range s.Repl {
+		addr, _ := netip.ParseAddr(r.Addr) // vetted: empty or an address
+		v.Replicas = append(v.Replicas, health.Replica{Name: r.Name, Addr: addr, Sync: r.Sync, ReplayLSN: r.LSN, Lag: time.Duration(r.Lag) * time.Microsecond})
+	}
+	v.ReplicasHidden = s.ReplHidden
 	return health.Progress{Verdict: v, OK: s.OK, Fail: s.Fail}
 }
 
@@ -164,7 +206,40 @@ func decode(key string, b []byte, secret []byte) (status, error) {
 	default:
 		return s, refuse(refusedMalformed, "state %s", quoteRedis(s.State))
 	}
+	if err := vetReplicas(s.Repl); err != nil {
+		return s, err
+	}
 	return s, nil
+}
+
+// vetReplicas refuses replicas no primary shows: too many, a name over
+// application_name's length, an address that is not one (or
+// not spelt as a holder writes it), an unknown sync state, a lag that is
+// negative or beyond a time.Duration.
+func vetReplicas(rs []replicaStatus) error {
+	if len(rs) > maxStatusReplicas {
+		return refuse(refusedMalformed, "%d replicas, over %d", len(rs), maxStatusReplicas)
+	}
+	for _, r := range rs {
+		if len(r.Name) > maxReplicaName {
+			return refuse(refusedMalformed, "replica name %s", quoteRedis(r.Name))
+		}
+		if r.Addr != "" {
+			// As a holder writes it: one spelling per address.
+			if a, err := netip.ParseAddr(r.Addr); err != nil || a.String() != r.Addr {
+				return refuse(refusedMalformed, "replica address %s", quoteRedis(r.Addr))
+			}
+		}
+		switch r.Sync {
+		case health.ReplicaSync, health.ReplicaQuorum, health.ReplicaPotential, health.ReplicaAsync:
+		default:
+			return refuse(refusedMalformed, "replica sync state %s", quoteRedis(r.Sync))
+		}
+		if r.Lag < 0 || r.Lag > math.MaxInt64/int64(time.Microsecond) {
+			return refuse(refusedMalformed, "replica lag %d µs", r.Lag)
+		}
+	}
+	return nil
 }
 
 // vetStatus reads a status of key stored or published with version, as
@@ -221,12 +296,15 @@ func mac(secret []byte, key string, body []byte) []byte {
 
 // sameVerdict reports whether a and b make the same answers: state, role,
 // timeline and system identifier (which primary wins a split brain), cause,
-// and the WAL position when lag is judged; with counters, the
-// rise/fall counters too (so that a new holder continues from the last
-// ones).
+// a primary's standbys and which are synchronous, and, when lag is judged,
+// the WAL position and the standbys' replay positions and lags; with
+// counters, the rise/fall counters too (so that a new holder continues
+// from the last ones).
 func sameVerdict(a, b health.Progress, wal, counters bool) bool {
 	va, vb := a.Verdict, b.Verdict
 	return va.State == vb.State && va.Role == vb.Role && va.Cause == vb.Cause &&
 		va.Timeline == vb.Timeline && va.SystemID == vb.SystemID && va.Leaving == vb.Leaving &&
+		va.ReplicasHidden == vb.ReplicasHidden && (va.Replicas == nil) == (vb.Replicas == nil) &&
+		health.SameReplicas(va.Replicas, vb.Replicas, wal) &&
 		(!wal || va.WAL == vb.WAL) && (!counters || a.OK == b.OK && a.Fail == b.Fail)
 }

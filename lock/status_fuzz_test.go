@@ -58,6 +58,11 @@ func FuzzStatusMessage(f *testing.F) {
 	f.Add(msg(42, "prod/pg 1", encode("prod/pg 1", up, secret)), secret, uint16(200), byte(1))
 	f.Add(msg(43, "prod/pg 1", encode("prod/pg 1", up, secret)), secret, uint16(200), byte(1))
 	f.Add(msg(ahead.V, "c/a", encode("c/a", ahead, secret)), secret, uint16(1), byte(2))
+	withStandbys := st
+	withStandbys.State, withStandbys.Repl = "up", []replicaStatus{{Name: "pg2", Addr: "127.0.0.1", Sync: "sync", LSN: 1 << 30, Lag: 1500}, {Name: "pg3", Sync: "async"}}
+	f.Add(msg(st.V, "c/a", encode("c/a", withStandbys, secret)), secret, uint16(30), byte(4))
+	withStandbys.Repl = []replicaStatus{}
+	f.Add(msg(st.V, "c/a", encode("c/a", withStandbys, nil)), []byte(nil), uint16(3), byte(8))
 	f.Add(msg(late.V, "c/a", encode("c/a", late, nil)), []byte(nil), uint16(1), byte(2))
 	f.Add(encode("c/a", st, secret), secret, uint16(3), byte(0xff))
 	f.Add(encode("c/a", up, nil), []byte("another-secret-16b"), uint16(9), byte(0x80))
