@@ -161,6 +161,13 @@ func (b *builder) cluster(c *cluster) {
 	b.set(labelStandby+".", standbys, standbyOpen)
 	b.set(labelReplica+".", standbys, standbyOpen)
 	b.set(labelPreferStandby+".", preferStandby, preferOpen)
+	// sync.: only what the primary reports as synchronous, never a
+	// fall-back to other standbys, nor fail-open: a reader there counts
+	// on every acknowledged commit.
+	syncs := pick(c, func(m *member) bool { return serving(m) && m.Role == roleStandby && !m.lagging && m.isSync() })
+	b.set(labelSync+".", syncs, nil)
+	se := b.entry(labelSync + ".")
+	se.txt = &dns.TXT{Hdr: hdr(se.owner, dns.TypeTXT, ttl), Txt: syncTXT(c, syncs)}
 	ce := b.entry("")
 	ce.txt = &dns.TXT{Hdr: hdr(ce.owner, dns.TypeTXT, ttl), Txt: clusterTXT(b.cb.stat)}
 }
@@ -291,7 +298,8 @@ func parentPrefix(prefix string) string {
 
 // clusterHash fingerprints what the cluster's records are made of: every
 // served row with its verdict (the check's state and cause, whether a
-// standby lags; never a WAL position or a lag in bytes). With the
+// standby lags, whether it is synchronous; never a WAL position or a lag
+// in bytes or time). With the
 // instance's own settings fixed, equal hashes mean equal records. A
 // snapshot's hash is the sum of its clusters' and its aliases', so that a
 // change updates it in proportion to what it changed, and the serial
@@ -299,8 +307,9 @@ func parentPrefix(prefix string) string {
 func clusterHash(c *cluster, held string) uint64 {
 	h := fnv.New64a()
 	for _, m := range c.members {
-		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging, m.check.Leaving)
+		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t %t %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging, m.check.Leaving, m.isSync())
 	}
+	fmt.Fprintf(h, "replicas %s\n", c.replicas)
 	fmt.Fprintf(h, "held %s\n", held)
 	return h.Sum64()
 }

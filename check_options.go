@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coredns/caddy"
 
@@ -70,11 +71,18 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 		if len(args) != 1 {
 			return c.ArgErr()
 		}
+		if d, err := time.ParseDuration(args[0]); err == nil {
+			if d <= 0 {
+				return c.Errf("max_lag: %s is not a positive duration", args[0])
+			}
+			cfg.maxLag, cfg.maxLagTime = 0, d
+			return nil
+		}
 		n, err := parseBytes(args[0])
 		if err != nil {
-			return c.Errf("max_lag: %v", err)
+			return c.Errf("max_lag: %v (or a duration, as 5s)", err)
 		}
-		cfg.maxLag = n
+		cfg.maxLag, cfg.maxLagTime = n, 0
 	case "all_down":
 		if len(args) != 1 || args[0] != allDownOpen && args[0] != allDownClosed {
 			return c.Errf("all_down: want open or closed")
@@ -137,7 +145,7 @@ func (s *settings) probeBudgetFor(nodes int) float64 {
 // checkOptionsAgree refuses check options that cannot work together.
 func checkOptionsAgree(cfg *settings) error {
 	// Without any check too: max_lag alone would be silently ignored.
-	if cfg.maxLag > 0 && cfg.check != checkPostgres {
+	if (cfg.maxLag > 0 || cfg.maxLagTime > 0) && cfg.check != checkPostgres {
 		return errors.New("max_lag needs check postgres: only it reads the WAL positions")
 	}
 	if cfg.roleInterval != 0 && cfg.check != checkPostgres {

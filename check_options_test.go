@@ -36,6 +36,13 @@ func TestSetupCheckOptions(t *testing.T) {
 				t.Errorf("max_lag in bytes: %d", cfg.maxLag)
 			}
 		}},
+		{block("check postgres", "max_lag 5s"), "", func(t *testing.T, cfg *settings) {
+			if cfg.maxLagTime != 5*time.Second || cfg.maxLag != 0 || !cfg.healthConfig(nil).ReportWAL {
+				t.Errorf("max_lag as a duration: %v, bytes %d", cfg.maxLagTime, cfg.maxLag)
+			}
+		}},
+		{block("check postgres", "max_lag 0s"), "not a positive duration", nil},
+		{block("check tcp", "max_lag 5s"), "max_lag needs check postgres", nil},
 		{block("check tcp", "check off"), "check: given twice", nil},
 		{block("check off"), "", func(t *testing.T, cfg *settings) {
 			if cfg.checksOn() {

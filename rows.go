@@ -46,13 +46,14 @@ const (
 	labelStandby       = "standby"
 	labelReplica       = "replica"
 	labelPreferStandby = "prefer-standby"
+	labelSync          = "sync"
 	labelSRV           = "_postgresql._tcp"
 	labelNS            = "ns"
 )
 
 // reservedInCluster are labels a node may not take.
 var reservedInCluster = map[string]bool{
-	labelPrimary: true, labelStandby: true, labelReplica: true, labelPreferStandby: true,
+	labelPrimary: true, labelStandby: true, labelReplica: true, labelPreferStandby: true, labelSync: true,
 }
 
 // isLabel reports whether s is a host name label: letters, digits and inner

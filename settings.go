@@ -38,7 +38,10 @@ type settings struct {
 	timeout      time.Duration
 	rise, fall   int
 	maxLag       int64 // bytes; 0 is off
-	allDown      string
+	// maxLagTime: max_lag as a duration, judged by replay_lag as the
+	// primary reports it; 0 is off (max_lag takes bytes or a duration).
+	maxLagTime time.Duration
+	allDown    string
 	// roleInterval: with check postgres, how often the session kept to a
 	// node reads its role (health.NoSessions: none kept).
 	roleInterval time.Duration
@@ -126,7 +129,7 @@ func (s *settings) healthConfig(observe func(check, cause string, d time.Duratio
 		Timeout:   s.timeout,
 		Rise:      s.rise,
 		Fall:      s.fall,
-		ReportWAL: s.maxLag > 0,
+		ReportWAL: s.maxLag > 0 || s.maxLagTime > 0,
 		Observe:   observe,
 		// 0 (tcp) is health's default, which tcp ignores.
 		RoleInterval: s.roleInterval,

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/pgcluster/pgcluster/health"
@@ -53,6 +54,9 @@ func checkTXT(m *member, set *settings) []string {
 		txt = append(txt, fmt.Sprintf("lag=%d bytes, over max_lag %d: out of standby.", m.lag, set.maxLag))
 	case m.lag >= 0:
 		txt = append(txt, fmt.Sprintf("lag=%d", m.lag))
+	}
+	if set.check == checkPostgres && m.Role == roleStandby {
+		txt = append(txt, replicaTXT(m, set)...)
 	}
 	if !v.Last.IsZero() {
 		txt = append(txt, "checked="+v.Last.UTC().Format(time.RFC3339Nano))
@@ -133,3 +137,42 @@ const (
 
 // maxRole bounds the role shown in TXT records: the column is free text.
 const maxRole = 63
+
+// replicaTXT is what the cluster's primary says of standby m: its sync
+// state and replay lag from pg_stat_replication, or why they are unknown.
+func replicaTXT(m *member, set *settings) []string {
+	r := m.replica
+	switch {
+	case r != nil:
+		lag := "primary_lag=" + r.Lag.String()
+		if set.maxLagTime > 0 && r.Lag > set.maxLagTime {
+			lag += fmt.Sprintf(", over max_lag %v: out of standby.", set.maxLagTime)
+		}
+		return []string{"sync_state=" + r.Sync, lag}
+	case m.replicas == replicasKnown:
+		txt := "sync_state=none: not in the primary's pg_stat_replication (set application_name=" + m.Name + " in its primary_conninfo)"
+		if set.maxLagTime > 0 {
+			txt += "; its lag is unknown: out of standby."
+		}
+		return []string{txt}
+	case m.replicas == replicasHidden:
+		return []string{"sync_state=unknown: no_privilege (the check's role lacks pg_monitor, so pg_stat_replication hides its columns)"}
+	}
+	return nil
+}
+
+// syncTXT is the TXT record of sync.<cluster>: whether the primary's
+// synchronous standbys are known, and which are answered.
+func syncTXT(c *cluster, syncs []*member) []string {
+	if c.replicas != replicasKnown {
+		return []string{"state=" + c.replicas}
+	}
+	if len(syncs) == 0 {
+		return []string{"state=none"}
+	}
+	names := make([]string, len(syncs))
+	for i, m := range syncs {
+		names[i] = m.Name
+	}
+	return []string{"state=serving", "nodes=" + strings.Join(names, ",")}
+}

@@ -51,6 +51,12 @@ type member struct {
 	// system (split_brain newest_timeline): answered nowhere, fail-open
 	// included.
 	stale bool
+	// replica is how the cluster's one primary sees this standby in
+	// pg_stat_replication (see judgeReplicas); nil when it does not list
+	// it, or when no primary's list is known (cluster.replicas says why).
+	replica *health.Replica
+	// replicas is the cluster's replicas, for this member's TXT.
+	replicas string
 }
 
 // cluster is one cluster's validated members.
@@ -60,6 +66,9 @@ type cluster struct {
 	// primaries are the serving members that claim to be primary (see
 	// judgePrimaries): primary. has an address only when there is one.
 	primaries []*member
+	// replicas says whether the standbys' places in the primary's
+	// pg_stat_replication are known (see judgeReplicas).
+	replicas string
 }
 
 // Bounds of owner names, in octets on the wire (RFC 1035 3.1): a name
@@ -132,8 +141,12 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		c.judgeTimelines()
 	}
 	c.judgePrimaries()
+	c.judgeReplicas()
 	if in.maxLag > 0 {
 		c.judgeLag(in.maxLag)
+	}
+	if in.maxLagTime > 0 {
+		c.judgeReplayLag(in.maxLagTime)
 	}
 	cb.verdicts = make(map[string]string, len(c.members))
 	for _, m := range c.members {

@@ -14,14 +14,16 @@ import (
 )
 
 // Real streaming replication, with the registry's role column deliberately
-// wrong: primary. and standby. follow pg_is_in_recovery(); max_lag takes a
-// standby whose replay is paused out of standby.; a promotion while the old
-// primary still runs empties primary. (split brain); stopping the old
-// primary makes primary. name the new one.
+// wrong: primary. and standby. follow pg_is_in_recovery(); sync. answers
+// the standby the primary replicates to synchronously (named by its
+// cluster_name, which its walreceiver takes as application_name); max_lag
+// takes a standby whose replay is paused out of standby. and sync.; a
+// promotion while the old primary still runs empties primary. and sync.
+// (split brain); stopping the old primary makes primary. name the new one.
 func TestCheckReplication(t *testing.T) {
 	ctx := context.Background()
-	primary := pgtest.New(t, pgtest.Options{Host: "127.0.0.31"})
-	standby := pgtest.NewStandby(t, primary, pgtest.Options{Host: "127.0.0.32"})
+	primary := pgtest.New(t, pgtest.Options{Host: "127.0.0.31", Settings: map[string]string{"synchronous_standby_names": "pg2"}})
+	standby := pgtest.NewStandby(t, primary, pgtest.Options{Host: "127.0.0.32", Settings: map[string]string{"cluster_name": "pg2"}})
 	reg := Registry(t)
 	// Wrong on purpose: the registry calls the primary a standby and the
 	// standby the primary.
@@ -49,9 +51,13 @@ func TestCheckReplication(t *testing.T) {
 	}
 	step("primary. follows pg_is_in_recovery(), not the registry", "primary.local.", "127.0.0.31")
 	step("standby. too", "standby.local.", "127.0.0.32")
+	step("sync.: the synchronous standby", "sync.local.", "127.0.0.32")
 	txt := MustQuery(t, "udp", s.UDP, "pg1.local."+Zone, dns.TypeTXT)
 	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), `"role=primary"`) || !strings.Contains(txt.Answer[0].String(), `"check_role=primary"`) {
 		t.Errorf("pg1 TXT: %v", txt.Answer)
+	}
+	if txt := MustQuery(t, "udp", s.UDP, "pg2.local."+Zone, dns.TypeTXT); len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), `"sync_state=sync"`) {
+		t.Errorf("pg2 TXT: %v", txt.Answer)
 	}
 
 	// max_lag: pause replay, write more than 64 kB of WAL on the primary.
@@ -60,6 +66,7 @@ func TestCheckReplication(t *testing.T) {
 	}
 	primary.MustExec(t, "CREATE TABLE filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 2000) g")
 	step("replay paused, ~0.5 MB written: standby leaves standby.", "standby.local.")
+	step("... and sync.", "sync.local.")
 	step("... but stays in local.", "local.", "127.0.0.31", "127.0.0.32")
 	txt = MustQuery(t, "udp", s.UDP, "pg2.local."+Zone, dns.TypeTXT)
 	if len(txt.Answer) != 1 || !strings.Contains(txt.Answer[0].String(), "over max_lag 65536") {
@@ -69,12 +76,14 @@ func TestCheckReplication(t *testing.T) {
 		t.Fatal(err)
 	}
 	step("replay resumed: the standby returns", "standby.local.", "127.0.0.32")
+	step("... to sync. too", "sync.local.", "127.0.0.32")
 
 	// Promote the standby while the old primary still runs: two primaries.
 	if err := standby.Promote(); err != nil {
 		t.Fatal(err)
 	}
 	step("standby promoted, old primary still up: split brain", "primary.local.")
+	step("... sync. has no primary to vouch for it", "sync.local.")
 	step("... local. keeps both", "local.", "127.0.0.31", "127.0.0.32")
 	Eventually(t, 10*time.Second, func() error {
 		body, err := get(fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort))
