@@ -101,6 +101,7 @@ type JudgeOptions struct {
 	AllowLoopback bool          // allow_loopback
 	Check         string        // check: "tcp" or "postgres"; "" is off, and the verdicts are ignored
 	MaxLag        int64         // max_lag in bytes; 0 is off
+	MaxLagTime    time.Duration // max_lag as a duration (replay_lag as the primary reports it); 0 is off
 }
 
 // Judgement is one node judged as an instance with the options judges it.
@@ -128,6 +129,11 @@ type Judgement struct {
 	// out of standby. and prefer-standby.
 	Lag     int64
 	Lagging bool
+	// SyncState and PrimaryLag are a standby's sync_state and replay_lag
+	// as its cluster's primary's check read them from pg_stat_replication;
+	// "" and 0 when unknown (see sync.).
+	SyncState  string
+	PrimaryLag time.Duration
 }
 
 // ClusterJudgement is a cluster's rows judged.
@@ -163,7 +169,7 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 		return nil, errors.New("check must be tcp, postgres or empty (off), not " + o.Check)
 	}
 	set := &settings{zones: []string{zone}, staleAfter: o.StaleAfter, allowLoopback: o.AllowLoopback,
-		check: o.Check, maxLag: o.MaxLag, allDown: allDownOpen}
+		check: o.Check, maxLag: o.MaxLag, maxLagTime: o.MaxLagTime, allDown: allDownOpen}
 	in := buildInput{settings: set, view: view}
 	groups := groupNodes(nodes)
 	// The row each member was made from: of rows that differ only in
@@ -183,7 +189,7 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 		for _, sk := range cb.skipped {
 			cj.Skipped = append(cj.Skipped, Skipped{Reason: sk.reason, Row: sk.what})
 		}
-		if c != nil && set.checksOn() && o.MaxLag == 0 {
+		if c != nil && set.checksOn() && o.MaxLag == 0 && o.MaxLagTime == 0 {
 			// Lag is shown without max_lag too: measured the same way,
 			// nobody is over a limit that does not exist.
 			c.judgeLag(math.MaxInt64)
@@ -197,6 +203,9 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 			}
 			if set.checksOn() { // lag is measured by the checks alone
 				j.Lag, j.Lagging = m.lag, m.lagging
+			}
+			if m.replica != nil {
+				j.SyncState, j.PrimaryLag = m.replica.Sync, m.replica.Lag
 			}
 			cj.Nodes = append(cj.Nodes, j)
 		}

@@ -136,3 +136,25 @@ func TestMaxLagDuration(t *testing.T) {
 		t.Errorf("standby. within max_lag 1s: A %q, want pg2 (and pg3 in AAAA)", got)
 	}
 }
+
+// pgclusterctl's Judge shows a standby's sync state and lag as its primary
+// reports them, and judges max_lag as a duration as an instance does.
+func TestJudgeSyncState(t *testing.T) {
+	view := health.View{
+		"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync, Lag: 2 * time.Second}),
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+	cs, err := Judge(testNodes(), view, JudgeOptions{Zone: testZone, Check: checkPostgres, MaxLagTime: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Judgement{}
+	for _, j := range cs[0].Nodes {
+		got[j.Name] = j
+	}
+	if j := got["pg2"]; j.SyncState != health.ReplicaSync || j.PrimaryLag != 2*time.Second || !j.Lagging {
+		t.Errorf("pg2: sync %q, lag %v, lagging %v; want sync, 2s, lagging over 1s", j.SyncState, j.PrimaryLag, j.Lagging)
+	}
+	if j := got["pg3"]; j.SyncState != "" || !j.Lagging {
+		t.Errorf("pg3, not listed by the primary: sync %q, lagging %v; want unknown and lagging", j.SyncState, j.Lagging)
+	}
+}

@@ -105,6 +105,10 @@ type nodeReport struct {
 	// LagBytes is how far its replay trails the primary, when known.
 	LagBytes *int64 `json:"lag_bytes,omitempty"`
 	Lagging  bool   `json:"lagging,omitempty"` // over max_lag: out of standby.
+	// SyncState and PrimaryLag: a standby's sync_state and replay_lag as
+	// its primary reports them (see sync.), when known.
+	SyncState  string `json:"sync_state,omitempty"`
+	PrimaryLag string `json:"primary_lag,omitempty"`
 	// Lease is the token of the instance holding the node's lease (the
 	// one that checks it), LeaseLive whether it is a live member.
 	Lease     string `json:"lease,omitempty"`
@@ -183,6 +187,10 @@ func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
 	if j.Lag >= 0 {
 		lag := j.Lag
 		nr.LagBytes, nr.Lagging = &lag, j.Lagging
+	}
+	if j.SyncState != "" {
+		nr.SyncState, nr.PrimaryLag = j.SyncState, j.PrimaryLag.String()
+		nr.Lagging = j.Lagging
 	}
 	if f == nil {
 		return nr
@@ -389,13 +397,20 @@ func (n nodeReport) checkText() string {
 }
 
 func (n nodeReport) lagText() string {
+	var s string
 	switch {
-	case n.LagBytes == nil:
+	case n.LagBytes == nil && n.SyncState == "":
 		return "-"
-	case n.Lagging:
-		return strconv.FormatInt(*n.LagBytes, 10) + " (over max_lag)"
+	case n.LagBytes != nil:
+		s = strconv.FormatInt(*n.LagBytes, 10)
 	}
-	return strconv.FormatInt(*n.LagBytes, 10)
+	if n.SyncState != "" {
+		s = strings.TrimSpace(s + " " + n.SyncState + " " + n.PrimaryLag)
+	}
+	if n.Lagging {
+		s += " (over max_lag)"
+	}
+	return s
 }
 
 func (n nodeReport) leaseText(fleet bool) string {

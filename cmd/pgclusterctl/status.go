@@ -67,7 +67,7 @@ func parseStatus(args []string, stderr io.Writer) (statusOptions, error) {
 	fs.StringVar(&o.judge.Zone, "zone", defaultZone, "the first zone of the fleet's pgcluster block")
 	fs.DurationVar(&o.judge.StaleAfter, "stale-after", 0, "the fleet's stale_after (default off)")
 	fs.BoolVar(&o.judge.AllowLoopback, "allow-loopback", false, "the fleet has allow_loopback")
-	maxLag := fs.String("max-lag", "", "the fleet's max_lag, in bytes or with kB, MB, GB, TB (default off)")
+	maxLag := fs.String("max-lag", "", "the fleet's max_lag, in bytes or with kB, MB, GB, TB, or a duration (default off)")
 	fs.BoolVar(&o.watch, "watch", false, "redraw every -interval until interrupted")
 	fs.DurationVar(&o.interval, "interval", defaultInterval, fmt.Sprintf("with -watch, time between two reports (at least %s)", minInterval))
 	fs.BoolVar(&o.json, "json", false, "print JSON (with -watch, one object per line)")
@@ -100,10 +100,12 @@ serving primary, 1 when one has none or two, 2 on an error.
 	case o.checkInterval <= 0 || o.checkTimeout <= 0:
 		return o, fmt.Errorf("-check-interval %v and -check-timeout %v must be positive: give the fleet's interval and timeout", o.checkInterval, o.checkTimeout)
 	}
-	if *maxLag != "" {
+	if d, err := time.ParseDuration(*maxLag); *maxLag != "" && err == nil && d > 0 {
+		o.judge.MaxLagTime = d
+	} else if *maxLag != "" {
 		n, err := pgcluster.ParseBytes(*maxLag)
 		if err != nil {
-			return o, fmt.Errorf("-max-lag: %v", err)
+			return o, fmt.Errorf("-max-lag: %v (or a duration, as 5s)", err)
 		}
 		o.judge.MaxLag = n
 	}
