@@ -63,7 +63,7 @@ func newChecks(cfg *settings) (*checks, error) {
 		Secret:   cfg.redisSecret,
 		Token:    cfg.token,
 		Name:     cfg.instance,
-		WAL:      cfg.maxLag > 0,
+		WAL:      cfg.judgesLag(),
 		Logf:     redisLogf(rediserr.Watch(rdb)),
 		Observer: fleetObserver{zone},
 	})

@@ -129,7 +129,7 @@ func (s *settings) healthConfig(observe func(check, cause string, d time.Duratio
 		Timeout:   s.timeout,
 		Rise:      s.rise,
 		Fall:      s.fall,
-		ReportWAL: s.maxLag > 0 || s.maxLagTime > 0,
+		ReportWAL: s.judgesLag(),
 		Observe:   observe,
 		// 0 (tcp) is health's default, which tcp ignores.
 		RoleInterval: s.roleInterval,
@@ -190,3 +190,8 @@ func (s *settings) resolveAddrs() {
 		}
 	}
 }
+
+// judgesLag reports whether max_lag is on, in bytes or as a duration: WAL
+// positions, and a primary's standbys' replay positions and lags, then
+// change answers, and are published and compared.
+func (s *settings) judgesLag() bool { return s.maxLag > 0 || s.maxLagTime > 0 }

@@ -260,7 +260,7 @@ func (s *snapshot) next(ch change) *snapshot {
 	rowsChanged(&ch.rowsUpdate, s.clusters, func(cb *clusterBuild) []Node { return cb.rows }, s.set.staleAfter,
 		func(name string) { dirty[name] = ch.nodes[name] })
 	if ch.viewSet && s.set.checksOn() {
-		for name := range changedClusters(s.view, ch.view, s.set.maxLag > 0) {
+		for name := range changedClusters(s.view, ch.view, s.set.judgesLag()) {
 			if _, ok := dirty[name]; !ok && s.clusters[name] != nil {
 				dirty[name] = s.clusters[name].rows
 			}
