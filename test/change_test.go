@@ -152,6 +152,31 @@ SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'dns';`)
 	Eventually(t, 15*time.Second, func() error { return hasAddr(s, "pg1.local."+Zone, "192.0.2.31") })
 }
 
+// answerSteps waits for a test's steps, each an answer that must come, and
+// logs when each came, from the test's start and from the step's.
+type answerSteps struct {
+	t     *testing.T
+	start time.Time
+}
+
+func newAnswerSteps(t *testing.T) *answerSteps { return &answerSteps{t: t, start: time.Now()} }
+
+// wait waits up to 20 s until in answers name with exactly want (none:
+// NODATA), and returns how long that took.
+func (a *answerSteps) wait(what string, in *Server, name string, want ...string) time.Duration {
+	a.t.Helper()
+	begin := time.Now()
+	Eventually(a.t, 20*time.Second, func() error {
+		if err := hasAddr(in, name+Zone, want...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
+	took := time.Since(begin)
+	a.t.Logf("%8.3fs  %-60s after %v", time.Since(a.start).Seconds(), what, took.Round(time.Millisecond))
+	return took
+}
+
 // hasAddr checks that name's A answer holds exactly the addresses want (none
 // when want is empty).
 func hasAddr(s *Server, name string, want ...string) error {

@@ -37,18 +37,8 @@ func TestCheckReplication(t *testing.T) {
 			"interval 250ms", "timeout 200ms", "rise 2", "fall 2", "max_lag 64kB", "all_down closed",
 		}, "\n  "))
 	s := StartCoreDNS(t, corefile)
-	start := time.Now()
-	step := func(what string, name string, want ...string) {
-		t.Helper()
-		begin := time.Now()
-		Eventually(t, 20*time.Second, func() error {
-			if err := hasAddr(s, name+Zone, want...); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return nil
-		})
-		t.Logf("%8.3fs  %-55s after %v", time.Since(start).Seconds(), what, time.Since(begin).Round(time.Millisecond))
-	}
+	steps := newAnswerSteps(t)
+	step := func(what string, name string, want ...string) { t.Helper(); steps.wait(what, s, name, want...) }
 	step("primary. follows pg_is_in_recovery(), not the registry", "primary.local.", "127.0.0.31")
 	step("standby. too", "standby.local.", "127.0.0.32")
 	step("sync.: the synchronous standby", "sync.local.", "127.0.0.32")

@@ -52,20 +52,7 @@ func TestCheckSyncReplication(t *testing.T) {
 	}
 	s := StartCoreDNS(t, corefile("postgres", "max_lag 1s"))
 	bare := StartCoreDNS(t, corefile("bare"))
-	start := time.Now()
-	step := func(what string, in *Server, name string, want ...string) time.Duration {
-		t.Helper()
-		begin := time.Now()
-		Eventually(t, 20*time.Second, func() error {
-			if err := hasAddr(in, name+Zone, want...); err != nil {
-				return fmt.Errorf("%s: %w", what, err)
-			}
-			return nil
-		})
-		took := time.Since(begin)
-		t.Logf("%8.3fs  %-60s after %v", time.Since(start).Seconds(), what, took.Round(time.Millisecond))
-		return took
-	}
+	step := newAnswerSteps(t).wait
 	txtHas := func(in *Server, name string, want string) {
 		t.Helper()
 		Eventually(t, 10*time.Second, func() error {
