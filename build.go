@@ -300,6 +300,11 @@ func clusterHash(c *cluster, held string) uint64 {
 	h := fnv.New64a()
 	for _, m := range c.members {
 		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging, m.check.Leaving)
+		// A node's place, when it has one: without, the hash is the one
+		// rows had before nodes had places.
+		if m.Region != "" || m.Zone != "" || m.placeIgnored != "" {
+			fmt.Fprintf(h, "place %s/%s %s\n", m.Region, m.Zone, m.placeIgnored)
+		}
 	}
 	fmt.Fprintf(h, "held %s\n", held)
 	return h.Sum64()

@@ -10,17 +10,20 @@ import (
 )
 
 // changes is what the notifications received since the last read say
-// changed: clusters and aliases, or everything (full).
+// changed: clusters and aliases, the networks (read whole: a client's place
+// depends on every network around it), or everything (full).
 type changes struct {
 	full     bool
 	clusters map[string]bool
 	aliases  map[string]bool
+	networks bool
 }
 
-// add reads one notification's payload: "nodes:<cluster>" and
-// "aliases:<alias>" name what changed; anything else (the table names that
-// schema.sql sends when much changed or a table was truncated, and that
-// earlier versions sent for every change) asks for a full reload.
+// add reads one notification's payload: "nodes:<cluster>",
+// "aliases:<alias>" and "networks:<network>" name what changed; anything
+// else (the table names that schema.sql sends when much changed or a table
+// was truncated, and that earlier versions sent for every change) asks for
+// a full reload.
 func (c *changes) add(payload string) {
 	if c.clusters == nil {
 		c.clusters, c.aliases = map[string]bool{}, map[string]bool{}
@@ -29,19 +32,23 @@ func (c *changes) add(payload string) {
 		c.clusters[cl] = true
 	} else if a, ok := strings.CutPrefix(payload, "aliases:"); ok {
 		c.aliases[a] = true
+	} else if strings.HasPrefix(payload, "networks:") {
+		c.networks = true
 	} else {
 		c.full = true
 	}
 }
 
-func (c *changes) any() bool { return c.full || len(c.clusters) > 0 || len(c.aliases) > 0 }
+func (c *changes) any() bool {
+	return c.full || len(c.clusters) > 0 || len(c.aliases) > 0 || c.networks
+}
 
 // covers reports whether a read of what c names reads everything o names.
 func (c *changes) covers(o *changes) bool {
 	if c.full {
 		return true
 	}
-	if o.full {
+	if o.full || o.networks && !c.networks {
 		return false
 	}
 	for cl := range o.clusters {
@@ -63,6 +70,7 @@ func (c *changes) merge(o *changes) {
 		c.clusters, c.aliases = map[string]bool{}, map[string]bool{}
 	}
 	c.full = c.full || o.full
+	c.networks = c.networks || o.networks
 	maps.Copy(c.clusters, o.clusters)
 	maps.Copy(c.aliases, o.aliases)
 }
