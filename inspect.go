@@ -55,7 +55,11 @@ func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, []Network, 
 	}()
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	nodes, aliases, nets, err := readRegistry(ctx, conn, nil)
+	sh, err := readShape(ctx, conn)
+	if err != nil {
+		return nil, nil, nil, fail(err)
+	}
+	nodes, aliases, nets, err := readRegistry(ctx, conn, nil, sh)
 	if err != nil {
 		return nil, nil, nil, fail(err)
 	}

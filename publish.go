@@ -170,6 +170,9 @@ func (pb *publisher) report(prev, s *snapshot) {
 	if pb.aliasesUnreported {
 		logSkipped(prev.aliases.skipped, s.aliases.skipped)
 	}
+	if prev.places != s.places {
+		logSkipped(prev.places.skipped, s.places.skipped)
+	}
 	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	for reason, n := range s.skips {
 		rowsSkipped.WithLabelValues(zone, reason).Set(float64(n))

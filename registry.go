@@ -64,6 +64,11 @@ const (
   CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
   coalesce(region, '') AS region, coalesce(zone, '') AS zone
 FROM pgcluster_nodes`
+	// nodesQueryUnplaced reads a registry made before nodes had a place.
+	nodesQueryUnplaced = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
+  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
+  '' AS region, '' AS zone
+FROM pgcluster_nodes`
 	aliasesQuery  = `SELECT alias, target FROM pgcluster_aliases`
 	networksQuery = `SELECT network, coalesce(region, '') AS region, coalesce(zone, '') AS zone FROM pgcluster_networks`
 )
@@ -102,6 +107,11 @@ type registry struct {
 	// read next, since that read's snapshot may not have held their
 	// transactions.
 	pending changes
+	// shape is what of the places the registry has (see registryShape),
+	// read again with every full read and networks change; shapeWarned
+	// what was last logged of it.
+	shape       registryShape
+	shapeWarned string
 
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
@@ -356,9 +366,23 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 	var nodes []nodeRow
 	var as []aliasRow
 	var nets []networkRow
+	if ch == nil || ch.full || ch.networks || r.shape != (registryShape{places: true, networks: true}) {
+		sh, err := readShape(ctx, conn)
+		if err != nil {
+			reloads.WithLabelValues(r.zone(), "error").Inc()
+			return 0, err
+		}
+		r.shape = sh
+		if w := shapeWarning(sh, dsnUser(r.set.dsn)); w != r.shapeWarned {
+			if w != "" {
+				log.Warning(w)
+			}
+			r.shapeWarned = w
+		}
+	}
 	for reads := 1; ; reads++ {
 		var err error
-		nodes, as, nets, err = readRegistry(ctx, conn, ch)
+		nodes, as, nets, err = readRegistry(ctx, conn, ch, r.shape)
 		if err != nil {
 			reloads.WithLabelValues(r.zone(), "error").Inc()
 			return 0, err
@@ -513,8 +537,9 @@ func heartbeatAge(seconds float64) time.Duration {
 // readRegistry reads, in one repeatable-read, read-only transaction sent as
 // one batch (one round trip), every row of the three tables (ch nil or
 // asking for a full read), or the rows of the clusters and aliases ch names
-// and, when ch names any, every network.
-func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, []aliasRow, []networkRow, error) {
+// and, when ch names any, every network: of a registry of shape sh (the
+// places and networks it lacks are none).
+func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes, sh registryShape) ([]nodeRow, []aliasRow, []networkRow, error) {
 	all := ch == nil || ch.full
 	var clusters, aliases map[string]bool
 	if !all {
@@ -524,11 +549,15 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, 
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	var nodes []nodeRow
 	var as []aliasRow
+	nq := nodesQuery
+	if !sh.places {
+		nq = nodesQueryUnplaced
+	}
 	switch {
 	case all:
-		b.Queue(nodesQuery).Query(collect(&nodes, "pgcluster_nodes"))
+		b.Queue(nq).Query(collect(&nodes, "pgcluster_nodes"))
 	case len(clusters) > 0:
-		b.Queue(nodesQuery+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
+		b.Queue(nq+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
 	}
 	switch {
 	case all:
@@ -537,7 +566,7 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, 
 		b.Queue(aliasesQuery+" WHERE alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
 	}
 	var nets []networkRow
-	if all || ch.networks {
+	if sh.networks && (all || ch.networks) {
 		b.Queue(networksQuery).Query(collect(&nets, "pgcluster_networks"))
 	}
 	b.Queue("COMMIT")

@@ -94,3 +94,39 @@ func readAges(ctx context.Context, conn *pgx.Conn) (map[string]time.Duration, er
 	})
 	return ages, err
 }
+
+// registryShape is what of the registry's tables this version reads that
+// an older schema.sql did not make, or the DSN's role may not read: a
+// registry without them is followed as before, its nodes without a place
+// and its clients in none, until schema.sql is applied and SELECT granted.
+type registryShape struct {
+	places   bool // pgcluster_nodes has region and zone
+	networks bool // pgcluster_networks exists, and may be read
+}
+
+// shapeQuery finds the registryShape; it cannot fail on a registry that
+// lacks them.
+const shapeQuery = `SELECT
+  (SELECT count(*) = 2 FROM pg_attribute
+    WHERE attrelid = to_regclass('pgcluster_nodes') AND attname IN ('region', 'zone') AND NOT attisdropped)
+  AND coalesce(has_column_privilege(to_regclass('pgcluster_nodes'), 'region', 'SELECT')
+    AND has_column_privilege(to_regclass('pgcluster_nodes'), 'zone', 'SELECT'), false),
+  coalesce(has_table_privilege(to_regclass('pgcluster_networks'), 'SELECT'), false)`
+
+// readShape reads the registry's shape.
+func readShape(ctx context.Context, conn *pgx.Conn) (registryShape, error) {
+	var sh registryShape
+	err := conn.QueryRow(ctx, shapeQuery).Scan(&sh.places, &sh.networks)
+	return sh, err
+}
+
+// shapeWarning says what an incomplete shape leaves out, and what to do.
+func shapeWarning(sh registryShape, user string) string {
+	switch {
+	case !sh.places:
+		return "Registry has no region and zone columns in pgcluster_nodes that this role may read: nodes are served without a place (topology prefer and local order nothing); apply this version's schema.sql"
+	case !sh.networks:
+		return "Registry has no pgcluster_networks table that this role may read: no client is placed (topology prefer and local answer as off); apply this version's schema.sql and GRANT SELECT ON pgcluster_networks TO " + user
+	}
+	return ""
+}

@@ -15,19 +15,23 @@ const beforePlaces = `DROP TABLE pgcluster_networks;
 DROP FUNCTION pgcluster_notify_networks();
 ALTER TABLE pgcluster_nodes DROP COLUMN region, DROP COLUMN zone;`
 
-// A registry made before places is upgraded in place by schema.sql (run
-// twice), its rows kept with no place; then a follower sees every change
-// of a node's region or zone and of the networks through notifications
-// alone (refresh is an hour).
+// A follower of a registry made before places serves its nodes without a
+// place; schema.sql (run twice) upgrades the registry in place, its rows
+// kept with no place; then the follower sees every change of a node's
+// region or zone and of the networks through notifications alone (refresh
+// is an hour).
 func TestFollowPlaces(t *testing.T) {
 	pg := pgtest.New(t)
 	pg.MustExec(t, Schema)
 	pg.MustExec(t, beforePlaces)
 	pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address) VALUES ('c', 'n1', '192.0.2.1')")
+	f := follow(t, pg, &settings{refresh: time.Hour})
+	if nodes, _, _ := f.state(); len(nodes) != 1 {
+		t.Fatalf("old registry: %+v", nodes)
+	}
 	for range 2 {
 		pg.MustExec(t, Schema)
 	}
-	f := follow(t, pg, &settings{refresh: time.Hour})
 	waitFollower := func(what string, ok func(nodes []Node, networks []Network) bool) {
 		t.Helper()
 		if err := pgtest.WaitFor(10*time.Second, func() error {
