@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 // With 10.0.0.0/16 in a and 10.0.5.0/24 in b, a client in 10.0.1.x is in
@@ -138,5 +139,25 @@ func TestNodePlaceTXT(t *testing.T) {
 	}
 	if sk := allSkipped(s); len(sk) != 1 || sk[0].reason != skipInvalidPlace || s.skips[skipInvalidPlace] != 1 {
 		t.Errorf("skipped %v, skips %v", sk, s.skips)
+	}
+}
+
+// A place that is not a DNS label is logged once, when the row first has
+// it: a node's as ignored (the node is served), a network's as skipped.
+func TestBadPlaceLoggedOnce(t *testing.T) {
+	buf := captureLog(t)
+	bad := node("local", "pg1", "192.0.2.1", "primary")
+	bad.Zone = "a b"
+	pb := newPublisher(&settings{zones: []string{testZone}, ttl: 5}, nil, false)
+	nets := []Network{{Network: netip.MustParsePrefix("10.0.0.0/8"), Region: "r_1"}}
+	for range 2 {
+		pb.applyAt(rowsUpdate{nodes: groupNodes([]Node{bad}), full: true, aliasesSet: true, networks: nets, networksSet: true, loadedAt: time.Now()})
+	}
+	text := buf.String()
+	for _, want := range []string{`Registry row's place ignored: zone "a b" is not a DNS label of node "pg1" in cluster "local": served without it (invalid_place)`,
+		`Registry row skipped, not served: network 10.0.0.0/8: region "r_1" is not a DNS label (invalid_place)`} {
+		if n := strings.Count(text, want); n != 1 {
+			t.Errorf("logged %d times, want once: %s\n%s", n, want, text)
+		}
 	}
 }

@@ -247,7 +247,12 @@ func logSkipped(was, is []skipped) {
 		known[sk] = true
 	}
 	for _, sk := range is {
-		if !known[sk] {
+		switch {
+		case known[sk]:
+		case sk.reason == skipInvalidPlace && !strings.HasPrefix(sk.what, "network "):
+			// The node itself is served, without its place.
+			log.Warningf("Registry row's place ignored: %s", sk)
+		default:
 			log.Warningf("Registry row skipped, not served: %s", sk)
 		}
 	}

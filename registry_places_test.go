@@ -3,8 +3,11 @@ package pgcluster
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/miekg/dns"
 
 	"github.com/pgcluster/pgcluster/internal/pgtest"
 )
@@ -76,4 +79,54 @@ func TestFollowPlaces(t *testing.T) {
 	waitFollower("network deleted", want("10.0.5.0/24 /eu-c"))
 	pg.MustExec(t, "TRUNCATE pgcluster_networks")
 	waitFollower("networks truncated", want())
+}
+
+// Nodes' places and the networks reach a reader through the registry copy
+// in Redis: the instance that does not follow PostgreSQL places a client
+// of each zone's network as the follower does.
+func TestRelayCarriesPlaces(t *testing.T) {
+	g := newRelayRig(t)
+	g.pg.MustExec(t, `UPDATE pgcluster_nodes SET region = 'eu', zone = CASE name WHEN 'pg1' THEN 'a' ELSE 'b' END;
+INSERT INTO pgcluster_networks VALUES ('10.1.0.0/16', 'eu', 'a'), ('10.2.0.0/16', 'eu', 'b')`)
+	for i := range 2 {
+		set := g.settings(g.pg.DSN(""), relayAttackSecret)
+		set.topology, set.minLocal = topologyLocal, 1
+		in := g.start(fmt.Sprintf("instance %d", i+1), set)
+		in.p.topology, in.p.minLocal, in.p.topo = topologyLocal, 1, newTopologyCounters(set)
+		g.add(in)
+	}
+	g.wait(10*time.Second, "one follower", func() error { return g.oneFollower() })
+	g.wait(10*time.Second, "every instance places zone a's and zone b's clients", func() error {
+		for _, in := range g.fleetNow() {
+			if in.p.snapshot() == nil {
+				return fmt.Errorf("%s: nothing served yet", in.name)
+			}
+			for subnet, want := range map[string]string{"10.1.3.0/24": "192.0.2.1", "10.2.3.0/24": "192.0.2.2 192.0.2.3"} {
+				m := askFrom(t, in.p, "local."+testZone, dns.TypeA, subnet, "")
+				got := answerAddrs(m)
+				slices.Sort(got)
+				if strings.Join(got, " ") != want || replyScope(m) != 16 {
+					return fmt.Errorf("%s (%s): %s answered %v scope %d, want %s", in.name, in.r.role, subnet, got, replyScope(m), want)
+				}
+			}
+		}
+		return nil
+	})
+	roles := map[string]bool{}
+	for _, in := range g.fleetNow() {
+		roles[in.r.role] = true
+	}
+	if !roles[roleReader] || !roles[roleFollower] {
+		t.Fatalf("roles %v: want a follower and a reader", roles)
+	}
+	// A change of the networks reaches the reader too.
+	g.pg.MustExec(t, "UPDATE pgcluster_networks SET zone = 'a' WHERE network = '10.2.0.0/16'")
+	g.wait(10*time.Second, "the moved network", func() error {
+		for _, in := range g.fleetNow() {
+			if got := answerAddrs(askFrom(t, in.p, "local."+testZone, dns.TypeA, "10.2.3.0/24", "")); strings.Join(got, " ") != "192.0.2.1" {
+				return fmt.Errorf("%s (%s): %v", in.name, in.r.role, got)
+			}
+		}
+		return nil
+	})
 }
