@@ -166,10 +166,20 @@ func replyECS(m *dns.Msg, a *asker, client bool) {
 	case a.dependent:
 		scope = uint8(a.scope)
 	}
-	o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
-	o.Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: a.ecs.Family,
-		SourceNetmask: a.ecs.SourceNetmask, SourceScope: scope, Address: a.ecs.Address}}
-	m.Extra = append(m.Extra, o)
+	// One allocation for the record, its option list and the option.
+	r := &ecsReply{opt: dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}},
+		ecs: dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: a.ecs.Family,
+			SourceNetmask: a.ecs.SourceNetmask, SourceScope: scope, Address: a.ecs.Address}}
+	r.options[0] = &r.ecs
+	r.opt.Option = r.options[:]
+	m.Extra = append(m.Extra, &r.opt)
+}
+
+// ecsReply is the OPT record of a reply to an ECS query, with its option.
+type ecsReply struct {
+	opt     dns.OPT
+	options [1]dns.EDNS0
+	ecs     dns.EDNS0_SUBNET
 }
 
 // clientTXT is the TXT record of _client.<zone>: the address this instance

@@ -42,9 +42,20 @@ END
 $$;
 
 -- A registry made before nodes had a place gets the columns, NULL (unknown)
--- for every row there.
-ALTER TABLE pgcluster_nodes ADD COLUMN IF NOT EXISTS region text;
-ALTER TABLE pgcluster_nodes ADD COLUMN IF NOT EXISTS zone text;
+-- for every row there. Looked up first: ALTER TABLE would lock the table
+-- against the followers' reads even when the column is there.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgcluster_nodes'::regclass
+                 AND attname = 'region' AND NOT attisdropped) THEN
+    ALTER TABLE pgcluster_nodes ADD COLUMN region text;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgcluster_nodes'::regclass
+                 AND attname = 'zone' AND NOT attisdropped) THEN
+    ALTER TABLE pgcluster_nodes ADD COLUMN zone text;
+  END IF;
+END
+$$;
 
 CREATE TABLE IF NOT EXISTS pgcluster_aliases (
   alias  text PRIMARY KEY,  -- a DNS label
