@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,5 +160,34 @@ func TestBadPlaceLoggedOnce(t *testing.T) {
 		if n := strings.Count(text, want); n != 1 {
 			t.Errorf("logged %d times, want once: %s\n%s", n, want, text)
 		}
+	}
+}
+
+// With topology on, a place whose last serving node goes is logged once,
+// and once more when it serves again.
+func TestPlaceWidensLogged(t *testing.T) {
+	buf := captureLog(t)
+	nodes, _ := twoZones()
+	pb := newPublisher(&settings{zones: []string{testZone}, ttl: 5, topology: topologyLocal, minLocal: 1}, nil, false)
+	apply := func(healthyA bool) {
+		ns := slices.Clone(nodes)
+		for i := range 3 {
+			ns[i].Healthy = healthyA
+		}
+		pb.applyAt(rowsUpdate{nodes: groupNodes(ns), full: true, aliasesSet: true, loadedAt: time.Now()})
+	}
+	apply(true)
+	apply(false)
+	apply(false)
+	apply(true)
+	text := buf.String()
+	for _, want := range []string{`Cluster "local": region r zone a has no serving node: its clients get the nearest nodes elsewhere (topology local)`,
+		`Cluster "local": region r zone a serves again (3 nodes): its clients get them first`} {
+		if n := strings.Count(text, want); n != 1 {
+			t.Errorf("logged %d times, want once: %s\n%s", n, want, text)
+		}
+	}
+	if strings.Contains(text, "zone b") {
+		t.Errorf("zone b never changed:\n%s", text)
 	}
 }

@@ -160,6 +160,9 @@ type clusterStat struct {
 	serving, out int
 	primaries    []string
 	held         string // the node primary. holds, if any
+	// placeServing counts, with topology on, the serving nodes of each
+	// known place: a place that has none left widens its clients' answers.
+	placeServing map[place]int
 	// promoted is, while several nodes claim to be primary, the one a
 	// promotion made (see cluster.promoted); handedTo says that primary.
 	// answers it for the hand-over (see primary_hold.go).

@@ -156,6 +156,16 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		} else {
 			cb.stat.out++
 		}
+		if pl := (place{m.Region, m.Zone}); in.topologyOn() && pl != (place{}) {
+			if cb.stat.placeServing == nil {
+				cb.stat.placeServing = map[place]int{}
+			}
+			n := 0
+			if m.serving {
+				n = 1
+			}
+			cb.stat.placeServing[pl] += n // a place with none still counts, as 0
+		}
 	}
 	for _, m := range c.primaries {
 		cb.stat.primaries = append(cb.stat.primaries, m.Name)
