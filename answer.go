@@ -46,6 +46,8 @@ type budget struct {
 	// shared is set when every writer of the reply only reads it (see
 	// readOnlyWriter): the answer may hold the snapshot's own records.
 	shared bool
+	// asker is where the client is, with topology on; nil with it off.
+	asker *asker
 }
 
 // newBudget returns the budget of the reply to state's request: the client's
@@ -181,6 +183,16 @@ func (p *PgCluster) addresses(m *dns.Msg, b *budget, e *entry, qtype uint16) {
 	if qtype == dns.TypeAAAA {
 		n, rdlen = len(e.aaaa), net.IPv6len
 	}
+	if b.asker != nil && e.topo != nil && n > 0 {
+		// An answer that depends on the client's place; an unmapped
+		// client's is every client's before topology.
+		b.asker.dependent = true
+		if b.asker.mapped {
+			p.placedAddresses(m, b, e, qtype, n, rdlen)
+			return
+		}
+		b.asker.answered(distOther)
+	}
 	k, start := p.take(b, e.owner, n, rdlen)
 	if k == 0 {
 		return
@@ -204,6 +216,65 @@ func (p *PgCluster) addresses(m *dns.Msg, b *budget, e *entry, qtype uint16) {
 	m.Answer = appendAddressCopies(m.Answer, e.aaaa, start, k, func(ip *[net.IPv6len]byte) dns.AAAA {
 		return dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: ip[:]}
 	})
+}
+
+// placedAddresses appends to m's answer as many of e's A or AAAA records
+// (qtype, n of them, rdlen octets each) as fit b, in the order the
+// client's place gives them (see placedSequence). The records are e's
+// shared ones, or copies as in addresses.
+func (p *PgCluster) placedAddresses(m *dns.Msg, b *budget, e *entry, qtype uint16, n, rdlen int) {
+	pl := &e.topo.a
+	if qtype == dns.TypeAAAA {
+		pl = &e.topo.aaaa
+	}
+	seq := placedSequence(pl, b.asker.place, p.topology == topologyLocal, p.minLocal, int(p.rotate.Add(1)%uint32(n)))
+	k := fit(b, e.owner, seq.n, rdlen)
+	if k == 0 {
+		return
+	}
+	b.asker.answered(seq.groups[0].dist)
+	m.Answer = slices.Grow(m.Answer, k)
+	at := func(i int) int { idx, _ := seq.at(i); return idx }
+	if b.shared {
+		r := e.records(p.ttl)
+		set := r.a
+		if qtype == dns.TypeAAAA {
+			set = r.aaaa
+		}
+		for i := range k {
+			m.Answer = append(m.Answer, set[at(i)])
+		}
+		return
+	}
+	if qtype == dns.TypeA {
+		m.Answer = appendAddressCopiesAt(m.Answer, e.a, k, at, func(ip *[net.IPv4len]byte) dns.A {
+			return dns.A{Hdr: hdr(e.owner, dns.TypeA, p.ttl), A: ip[:]}
+		})
+		return
+	}
+	m.Answer = appendAddressCopiesAt(m.Answer, e.aaaa, k, at, func(ip *[net.IPv6len]byte) dns.AAAA {
+		return dns.AAAA{Hdr: hdr(e.owner, dns.TypeAAAA, p.ttl), AAAA: ip[:]}
+	})
+}
+
+// appendAddressCopiesAt appends to ans k records of the addresses ips, the
+// i-th of ips[at(i)], each made by rec from its own copy of the address,
+// all in one new array (see appendAddressCopies).
+func appendAddressCopiesAt[IP, T any, PT interface {
+	*T
+	dns.RR
+}](ans []dns.RR, ips []IP, k int, at func(i int) int, rec func(ip *IP) T) []dns.RR {
+	recs := make([]struct {
+		rr T
+		ip IP
+	}, k)
+	for i := range recs {
+		r := &recs[i]
+		r.ip = ips[at(i)]
+		r.rr = rec(&r.ip)
+		ans = append(ans, PT(&r.rr))
+	}
+	return ans
 }
 
 // appendAddressCopies appends to ans k records of the addresses ips, from
@@ -254,7 +325,8 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	if n == 0 {
 		return
 	}
-	start := p.rotation(n)
+	seq := p.serviceSequence(b, e, n)
+	n = seq.n
 	// First count what fits: SRV records go in the answer, their glue after
 	// all of them in the additional section.
 	owner := b.ownerLen(e.owner)
@@ -263,7 +335,8 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	// parent is the domain every target of the set is in (its cluster's
 	// name), once packed within reach of a pointer.
 	parent := ""
-	for j := start; k < n; k++ {
+	for ; k < n; k++ {
+		j, _ := seq.at(k)
 		srv := e.srv[j]
 		target := nameLen(srv.target)
 		srvLen := owner + rrFixedLen + srvFixedLen + target
@@ -295,9 +368,6 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 			k4++
 		}
 		owner = pointerLen
-		if j++; j == n {
-			j = 0
-		}
 	}
 	b.used = answer + extra
 	if k < n {
@@ -313,9 +383,18 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 	ips := make([]byte, 0, k4*net.IPv4len+(k-k4)*net.IPv6len)
 	m.Answer = slices.Grow(m.Answer, k)
 	m.Extra = make([]dns.RR, 0, k)
-	for i, j := 0, start; i < k; i++ {
+	if b.asker != nil {
+		_, d := seq.at(0)
+		b.asker.answered(d)
+	}
+	for i := 0; i < k; i++ {
+		j, d := seq.at(i)
 		srv := e.srv[j]
-		recs[i] = dns.SRV{Hdr: hdr(e.owner, dns.TypeSRV, p.ttl), Priority: 0, Weight: 10, Port: srv.port, Target: srv.target}
+		priority := uint16(0)
+		if b.asker != nil {
+			priority = srvPriority[d]
+		}
+		recs[i] = dns.SRV{Hdr: hdr(e.owner, dns.TypeSRV, p.ttl), Priority: priority, Weight: 10, Port: srv.port, Target: srv.target}
 		m.Answer = append(m.Answer, &recs[i])
 		if srv.addr.Is4() {
 			ip4 := srv.addr.As4()
@@ -328,10 +407,25 @@ func (p *PgCluster) services(m *dns.Msg, b *budget, e *entry) {
 			aaaa = append(aaaa, dns.AAAA{Hdr: hdr(srv.target, dns.TypeAAAA, p.ttl), AAAA: ips[len(ips)-net.IPv6len : len(ips) : len(ips)]})
 			m.Extra = append(m.Extra, &aaaa[len(aaaa)-1])
 		}
-		if j++; j == n {
-			j = 0
-		}
 	}
+}
+
+// serviceSequence is the order of e's n SRV records for this answer: the
+// client's place's (see placedSequence), or the set's own from a rotating
+// start, as before topology, for an unmapped client, a set whose nodes have
+// no place, or topology off.
+func (p *PgCluster) serviceSequence(b *budget, e *entry, n int) sequence {
+	if b.asker == nil {
+		return plainSequence(n, p.rotation(n), distZone)
+	}
+	if e.topo == nil {
+		return plainSequence(n, p.rotation(n), distOther)
+	}
+	b.asker.dependent = true
+	if !b.asker.mapped {
+		return plainSequence(n, p.rotation(n), distOther)
+	}
+	return placedSequence(&e.topo.srv, b.asker.place, p.topology == topologyLocal, p.minLocal, p.rotation(n))
 }
 
 // appendGlue appends to extra copies of as many of glue, the addresses of

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -41,8 +42,9 @@ func (cb *clusterBuild) served() bool { return cb != nil && cb.parts != nil }
 // buildInput is everything a snapshot is made from.
 type buildInput struct {
 	*settings
-	nodes   []Node
-	aliases []Alias
+	nodes    []Node
+	aliases  []Alias
+	networks []Network
 	// view is the checks' verdicts by "cluster/name"; a node missing from
 	// it is not checked yet.
 	view health.View
@@ -230,6 +232,36 @@ func (b *builder) set(prefix string, members, open []*member) {
 	// Two nodes at one address (two ports, or one host's address put in
 	// by self) are one address record; each keeps its SRV record.
 	e.a, e.aaaa = distinct(e.a), distinct(e.aaaa)
+	if b.in.topologyOn() {
+		e.topo = setTopology(members)
+		se.topo = e.topo
+	}
+}
+
+// setTopology places the records of a set of members: each SRV record at
+// its node's place, each address at the place of the first member that has
+// it (the one distinct keeps). Nil when no member has a place.
+func setTopology(members []*member) *entryTopology {
+	var a, aaaa []place
+	srv := make([]place, len(members))
+	seen := make(map[netip.Addr]bool, len(members))
+	for i, m := range members {
+		pl := place{m.Region, m.Zone}
+		srv[i] = pl
+		if seen[m.addr] {
+			continue
+		}
+		seen[m.addr] = true
+		if m.addr.Is4() {
+			a = append(a, pl)
+		} else {
+			aaaa = append(aaaa, pl)
+		}
+	}
+	if !anyPlace(srv) {
+		return nil
+	}
+	return &entryTopology{a: newPlaced(a), aaaa: newPlaced(aaaa), srv: newPlaced(srv)}
 }
 
 // distinct returns addrs without the repeats of an address, the first of
@@ -308,6 +340,11 @@ func clusterHash(c *cluster, held string) uint64 {
 	h := fnv.New64a()
 	for _, m := range c.members {
 		fmt.Fprintf(h, "%s/%s %s %d %s %s %t %s %s %t %t %t\n", c.name, m.Name, m.Address, m.Port, m.Role, m.addr, m.serving, m.reason, m.check.State, m.lagging, m.check.Leaving, m.isSync())
+		// A node's place, when it has one: without, the hash is the one
+		// rows had before nodes had places.
+		if m.Region != "" || m.Zone != "" || m.placeIgnored != "" {
+			fmt.Fprintf(h, "place %s/%s %s\n", m.Region, m.Zone, m.placeIgnored)
+		}
 	}
 	fmt.Fprintf(h, "replicas %s\n", c.replicas)
 	fmt.Fprintf(h, "held %s\n", held)

@@ -27,9 +27,10 @@ import (
 // first, a bad EDNS version answered at once, then the reply written through
 // request.ScrubWriter), over UDP or TCP, to a snapshot chosen by shape among
 // varied ones (large clusters, IPv6, checks with all_down open or closed,
-// two zones, fallthrough, alias chains, names near 255 octets). pick, when
-// not 0, puts one of the snapshot's names in the question, in the packet's
-// case, so that most packets ask something the zone holds. Nothing may
+// two zones, fallthrough with topology prefer or local, alias chains, names
+// near 255 octets). pick, when not 0, puts one of the snapshot's names in
+// the question, in the packet's case, so that most packets ask something the
+// zone holds. Nothing may
 // panic, and every reply must:
 //   - be the only one written, with the request's ID and question, and pack;
 //   - fit the client's buffer, and over UDP 1232 octets compressed when it
@@ -379,10 +380,27 @@ func fuzzPlugin(shape uint8) *fuzzed {
 			view[key] = v
 		}
 	}
-	s := build(buildInput{settings: set, nodes: nodes, aliases: aliases, view: view})
+	// The shapes with fallthrough answer by topology too (local with bit
+	// 0x10, else prefer): nodes in zones a, b or none, the test writer's
+	// source address (10.240.0.1) in a, and a packet's ECS option placed
+	// where it points.
+	var networks []Network
+	if shape&0x40 != 0 {
+		set.topology, set.minLocal = topologyPrefer, 2
+		if shape&0x10 != 0 {
+			set.topology = topologyLocal
+		}
+		for i := range nodes {
+			nodes[i].Region, nodes[i].Zone = "r", [3]string{"a", "b", ""}[i%3]
+		}
+		networks = []Network{{Network: netip.MustParsePrefix("10.240.0.0/16"), Region: "r", Zone: "a"},
+			{Network: netip.MustParsePrefix("10.0.0.0/8"), Region: "r", Zone: "b"},
+			{Network: netip.MustParsePrefix("2001:db8::/32"), Region: "r", Zone: "a"}}
+	}
+	s := build(buildInput{settings: set, nodes: nodes, aliases: aliases, networks: networks, view: view})
 	s.setSerial(1234, set.ttl)
 	// No next plugin: what falls through is answered by the server.
-	p := &PgCluster{Zones: set.zones, ttl: set.ttl}
+	p := &PgCluster{Zones: set.zones, ttl: set.ttl, topology: set.topology, minLocal: set.minLocal, topo: newTopologyCounters(set)}
 	if shape&0x40 != 0 {
 		p.Fall.SetZonesFromArgs(nil)
 	}

@@ -22,17 +22,17 @@ import (
 // each node in or out, so that it says what an instance with the same
 // options says.
 
-// ReadRegistry reads every row of both registry tables at dsn as an
+// ReadRegistry reads every row of the registry tables at dsn as an
 // instance does: in one repeatable-read transaction, each heartbeat's age
 // measured by PostgreSQL's clock. Its errors say what is wrong and what to
 // do, as the instances' log lines do, and never contain the password.
-func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, error) {
+func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, []Network, error) {
 	if why := badDSN(dsn); why != "" {
-		return nil, nil, fmt.Errorf("the DSN cannot be used: %s", why)
+		return nil, nil, nil, fmt.Errorf("the DSN cannot be used: %s", why)
 	}
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return nil, nil, fmt.Errorf("the DSN cannot be used: %s", errText(err, dsn))
+		return nil, nil, nil, fmt.Errorf("the DSN cannot be used: %s", errText(err, dsn))
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout
@@ -46,7 +46,7 @@ func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, nil, fail(err)
+		return nil, nil, nil, fail(err)
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -55,11 +55,15 @@ func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, error) {
 	}()
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	nodes, aliases, err := readRegistry(ctx, conn, nil)
+	sh, err := readShape(ctx, conn)
 	if err != nil {
-		return nil, nil, fail(err)
+		return nil, nil, nil, fail(err)
 	}
-	return nodeList(nodes), aliasList(aliases), nil
+	nodes, aliases, nets, err := readRegistry(ctx, conn, nil, sh)
+	if err != nil {
+		return nil, nil, nil, fail(err)
+	}
+	return nodeList(nodes), aliasList(aliases), networkList(nets), nil
 }
 
 // RegistryName is the registry a DSN names, as the instances' log lines

@@ -14,6 +14,7 @@ var optionNames = []string{
 	"redis", "redis_prefix", "redis_secret",
 	"relay", "relay_grace",
 	"ns", "soa",
+	"topology", "min_local",
 	"fallthrough",
 }
 

@@ -36,6 +36,10 @@ type PgCluster struct {
 	checksDone <-chan struct{} // closed when the health checks have stopped; nil without checks
 	// failOpen counts the answers of all_down open, for the zone.
 	failOpen prometheus.Counter
+	// topology and minLocal: see settings; topo counts what they do.
+	topology string
+	minLocal int
+	topo     *topologyCounters
 }
 
 var _ plugin.Handler = (*PgCluster)(nil)
@@ -77,6 +81,21 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	if snap == nil {
 		return dns.RcodeServerFailure, errNotLoaded
 	}
+	var ask *asker
+	if p.topologyOn() {
+		ecs, err := queryECS(r)
+		if err != nil {
+			p.topo.ecsError.Inc()
+			return dns.RcodeFormatError, nil
+		}
+		if ecs != nil {
+			p.topo.ecsAnswered.Inc()
+		}
+		ask = newAsker(state, ecs, snap.places)
+		if qname == under(labelClient, zone) {
+			return p.serveClient(w, r, state, ask, snap), nil
+		}
+	}
 	e, al, prefix := snap.lookup(qname, zone)
 	if e == nil && p.Fall.Through(qname) {
 		return plugin.NextOrFailure(p.Name(), p.Next, ctx, w, r)
@@ -86,7 +105,14 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m.SetReply(r)
 	m.Authoritative = true
 	b := newBudget(state, zone)
+	b.asker = ask
 	m.Rcode = p.answer(m, &b, snap, qname, e, al, prefix, state.QType())
+	if ask != nil {
+		p.countPlaced(ask)
+		if ask.ecs != nil {
+			replyECS(m, ask, false)
+		}
+	}
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
 	if negative(m, state.QType()) {
@@ -96,6 +122,39 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	}
 	w.WriteMsg(m)
 	return dns.RcodeSuccess, nil
+}
+
+// topologyOn reports whether answers depend on the client's place.
+func (p *PgCluster) topologyOn() bool { return p.topology != "" && p.topology != topologyOff }
+
+// serveClient answers _client.<zone>: its TXT record says where this
+// instance places the asker; any other type, NODATA.
+func (p *PgCluster) serveClient(w dns.ResponseWriter, r *dns.Msg, state request.Request, ask *asker, snap *snapshot) int {
+	m := new(dns.Msg)
+	m.SetReply(r)
+	m.Authoritative = true
+	if state.QType() == dns.TypeTXT {
+		m.Answer = []dns.RR{clientTXT(m.Question[0].Name, 0, ask, snap.places)}
+	} else {
+		m.Ns = []dns.RR{copyRR(snap.parts[p.zoneOf(state.Name())].self.apex.soa)}
+	}
+	if ask.ecs != nil {
+		replyECS(m, ask, true)
+	}
+	w.WriteMsg(m)
+	return dns.RcodeSuccess
+}
+
+// countPlaced counts an answer that depends on the client's place, by
+// the distance of its nearest node.
+func (p *PgCluster) countPlaced(ask *asker) {
+	switch {
+	case !ask.dependent:
+	case !ask.mapped:
+		p.topo.unmapped.Inc()
+	case ask.nearest >= 0:
+		p.topo.distance[ask.nearest].Inc()
+	}
 }
 
 // zoneOf returns the zone of p that holds name (in lower case, as

@@ -170,6 +170,9 @@ func (pb *publisher) report(prev, s *snapshot) {
 	if pb.aliasesUnreported {
 		logSkipped(prev.aliases.skipped, s.aliases.skipped)
 	}
+	if prev.places != s.places {
+		logSkipped(prev.places.skipped, s.places.skipped)
+	}
 	rowsSkipped.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	for reason, n := range s.skips {
 		rowsSkipped.WithLabelValues(zone, reason).Set(float64(n))
@@ -213,6 +216,7 @@ func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, fir
 	case isStat.split() && !wasStat.split():
 		log.Warningf("Cluster %q: %d nodes claim to be primary %v: primary.%s has no address until one steps down", name, len(isStat.primaries), isStat.primaries, name)
 	}
+	reportPlaces(name, wasStat.placeServing, isStat.placeServing, pb.set.topology, first)
 	var wasSkipped, isSkipped []skipped
 	var wasVerdicts, isVerdicts map[string]string
 	if was != nil {
@@ -237,6 +241,29 @@ func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, fir
 	}
 }
 
+// reportPlaces logs, with topology on, each place of a cluster whose last
+// serving node went (its clients' answers widen to the nearest nodes
+// elsewhere) and each that serves again: was and is count the serving
+// nodes by place, as last reported and now.
+func reportPlaces(name string, was, is map[place]int, topology string, first bool) {
+	for _, pl := range slices.SortedFunc(maps.Keys(is), comparePlaces) {
+		n, known := was[pl]
+		switch {
+		case is[pl] == 0 && (known && n > 0 || !known && first):
+			log.Warningf("Cluster %q: region %s zone %s has no serving node: its clients get the nearest nodes elsewhere (topology %s)", name, dash(pl.region), dash(pl.zone), topology)
+		case is[pl] > 0 && known && n == 0:
+			log.Infof("Cluster %q: region %s zone %s serves again (%d nodes): its clients get them first", name, dash(pl.region), dash(pl.zone), is[pl])
+		}
+	}
+}
+
+func comparePlaces(a, b place) int {
+	if c := strings.Compare(a.region, b.region); c != 0 {
+		return c
+	}
+	return strings.Compare(a.zone, b.zone)
+}
+
 // logSkipped warns of each row skipped in is that was not in was.
 func logSkipped(was, is []skipped) {
 	known := make(map[skipped]bool, len(was))
@@ -244,7 +271,12 @@ func logSkipped(was, is []skipped) {
 		known[sk] = true
 	}
 	for _, sk := range is {
-		if !known[sk] {
+		switch {
+		case known[sk]:
+		case sk.reason == skipInvalidPlace && !strings.HasPrefix(sk.what, "network "):
+			// The node itself is served, without its place.
+			log.Warningf("Registry row's place ignored: %s", sk)
+		default:
 			log.Warningf("Registry row skipped, not served: %s", sk)
 		}
 	}

@@ -61,9 +61,16 @@ const (
        ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
   END AS heartbeat_age`
 	nodesQuery = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
-  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat
+  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
+  coalesce(region, '') AS region, coalesce(zone, '') AS zone
 FROM pgcluster_nodes`
-	aliasesQuery = `SELECT alias, target FROM pgcluster_aliases`
+	// nodesQueryUnplaced reads a registry made before nodes had a place.
+	nodesQueryUnplaced = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
+  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
+  '' AS region, '' AS zone
+FROM pgcluster_nodes`
+	aliasesQuery  = `SELECT alias, target FROM pgcluster_aliases`
+	networksQuery = `SELECT network, coalesce(region, '') AS region, coalesce(zone, '') AS zone FROM pgcluster_networks`
 )
 
 // registry follows the peer registry in PostgreSQL. It keeps one connection:
@@ -100,6 +107,11 @@ type registry struct {
 	// read next, since that read's snapshot may not have held their
 	// transactions.
 	pending changes
+	// shape is what of the places the registry has (see registryShape),
+	// read again with every full read and networks change; shapeWarned
+	// what was last logged of it.
+	shape       registryShape
+	shapeWarned string
 
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
@@ -313,11 +325,19 @@ type nodeRow struct {
 	Healthy      bool         `db:"healthy"`
 	HeartbeatAge float64      `db:"heartbeat_age"` // seconds; ±Inf for infinite heartbeats
 	Heartbeat    *time.Time   `db:"heartbeat"`     // nil when not finite
+	Region       string       `db:"region"`
+	Zone         string       `db:"zone"`
 }
 
 type aliasRow struct {
 	Alias  string `db:"alias"`
 	Target string `db:"target"`
+}
+
+type networkRow struct {
+	Network netip.Prefix `db:"network"`
+	Region  string       `db:"region"`
+	Zone    string       `db:"zone"`
 }
 
 // load reads the rows ch names (all of both tables when ch is nil or asks
@@ -345,9 +365,24 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 	defer cancel()
 	var nodes []nodeRow
 	var as []aliasRow
+	var nets []networkRow
+	if ch == nil || ch.full || ch.networks || r.shape != (registryShape{places: true, networks: true}) {
+		sh, err := readShape(ctx, conn)
+		if err != nil {
+			reloads.WithLabelValues(r.zone(), "error").Inc()
+			return 0, err
+		}
+		r.shape = sh
+		if w := shapeWarning(sh, dsnUser(r.set.dsn)); w != r.shapeWarned {
+			if w != "" {
+				log.Warning(w)
+			}
+			r.shapeWarned = w
+		}
+	}
 	for reads := 1; ; reads++ {
 		var err error
-		nodes, as, err = readRegistry(ctx, conn, ch)
+		nodes, as, nets, err = readRegistry(ctx, conn, ch, r.shape)
 		if err != nil {
 			reloads.WithLabelValues(r.zone(), "error").Inc()
 			return 0, err
@@ -364,11 +399,11 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 	}
 	now := time.Now()
 	if ch == nil || ch.full {
-		r.rows.full(nodeList(nodes), aliasList(as), now)
-		return r.publish(start, now, nil, true, true), nil
+		r.rows.full(nodeList(nodes), aliasList(as), networkList(nets), now)
+		return r.publish(start, now, nil, true, true, true), nil
 	}
-	changed := r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(as), now)
-	return r.publish(start, now, changed, false, len(ch.aliases) > 0), nil
+	changed := r.rows.replace(ch.clusters, ch.aliases, nodeList(nodes), aliasList(as), networkList(nets), ch.networks, now)
+	return r.publish(start, now, changed, false, len(ch.aliases) > 0, ch.networks), nil
 }
 
 // checkAges reads every heartbeat's age (a heartbeat written notifies
@@ -392,15 +427,15 @@ func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration
 	changed := map[string]bool{}
 	rowsChanged(&u, r.published, func(ns []Node) []Node { return ns }, r.set.staleAfter, func(name string) { changed[name] = true })
 	if len(changed) > 0 {
-		return r.publish(now, now, changed, false, false), nil
+		return r.publish(now, now, changed, false, false, false), nil
 	}
 	return r.nextReload(now), nil
 }
 
 // publish hands the publisher the rows of the clusters changed (all of
-// them, when full) and, when they changed, the aliases, as of now, and
-// returns how long until heartbeats must be looked at again.
-func (r *registry) publish(start, now time.Time, changed map[string]bool, full, aliases bool) time.Duration {
+// them, when full) and, when they changed, the aliases and the networks, as
+// of now, and returns how long until heartbeats must be looked at again.
+func (r *registry) publish(start, now time.Time, changed map[string]bool, full, aliases, networks bool) time.Duration {
 	u := rowsUpdate{full: full, nodes: map[string][]Node{}, loadedAt: now, readAt: start}
 	if full || r.published == nil {
 		r.published = map[string][]Node{}
@@ -423,6 +458,9 @@ func (r *registry) publish(start, now time.Time, changed map[string]bool, full, 
 	}
 	if full || aliases {
 		u.aliases, u.aliasesSet = r.rows.aliasList(), true
+	}
+	if full || networks {
+		u.networks, u.networksSet = r.rows.networks, true
 	}
 	r.apply(u)
 	if r.kept {
@@ -455,6 +493,14 @@ func aliasList(rows []aliasRow) []Alias {
 	return as
 }
 
+func networkList(rows []networkRow) []Network {
+	ns := make([]Network, len(rows))
+	for i, n := range rows {
+		ns[i] = Network{Network: n.Network.Masked(), Region: n.Region, Zone: n.Zone}
+	}
+	return ns
+}
+
 // node converts a scanned row.
 func (n nodeRow) node() Node {
 	return Node{
@@ -462,6 +508,7 @@ func (n nodeRow) node() Node {
 		Address: n.Address.Addr(), Network: network(n.Address),
 		Port: int(n.Port), Role: n.Role, Healthy: n.Healthy,
 		HeartbeatAge: heartbeatAge(n.HeartbeatAge), Heartbeat: heartbeatTime(n.Heartbeat),
+		Region: n.Region, Zone: n.Zone,
 	}
 }
 
@@ -488,9 +535,11 @@ func heartbeatAge(seconds float64) time.Duration {
 }
 
 // readRegistry reads, in one repeatable-read, read-only transaction sent as
-// one batch (one round trip), every row of both tables (ch nil or asking for
-// a full read), or the rows of the clusters and aliases ch names.
-func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, []aliasRow, error) {
+// one batch (one round trip), every row of the three tables (ch nil or
+// asking for a full read), or the rows of the clusters and aliases ch names
+// and, when ch names any, every network: of a registry of shape sh (the
+// places and networks it lacks are none).
+func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes, sh registryShape) ([]nodeRow, []aliasRow, []networkRow, error) {
 	all := ch == nil || ch.full
 	var clusters, aliases map[string]bool
 	if !all {
@@ -500,11 +549,15 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, 
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	var nodes []nodeRow
 	var as []aliasRow
+	nq := nodesQuery
+	if !sh.places {
+		nq = nodesQueryUnplaced
+	}
 	switch {
 	case all:
-		b.Queue(nodesQuery).Query(collect(&nodes, "pgcluster_nodes"))
+		b.Queue(nq).Query(collect(&nodes, "pgcluster_nodes"))
 	case len(clusters) > 0:
-		b.Queue(nodesQuery+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
+		b.Queue(nq+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
 	}
 	switch {
 	case all:
@@ -512,11 +565,15 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes) ([]nodeRow, 
 	case len(aliases) > 0:
 		b.Queue(aliasesQuery+" WHERE alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
 	}
+	var nets []networkRow
+	if sh.networks && (all || ch.networks) {
+		b.Queue(networksQuery).Query(collect(&nets, "pgcluster_networks"))
+	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return nodes, as, nil
+	return nodes, as, nets, nil
 }
 
 // collect returns a batch callback that scans every row of table into dst.

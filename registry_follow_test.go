@@ -21,6 +21,7 @@ type follower struct {
 	mu       sync.Mutex
 	clusters map[string][]Node
 	aliases  []Alias
+	networks []Network
 	applies  int
 }
 
@@ -40,6 +41,9 @@ func (f *follower) apply(u rowsUpdate) {
 	}
 	if u.aliasesSet {
 		f.aliases = u.aliases
+	}
+	if u.networksSet {
+		f.networks = u.networks
 	}
 	f.applies++
 }
@@ -175,7 +179,7 @@ func TestFollowChangesMatchFullRead(t *testing.T) {
 			}
 		}
 		marker(t, pg, f, round)
-		nodes, aliases, err := readRegistry(ctx, conn, nil)
+		nodes, aliases, _, err := readRegistry(ctx, conn, nil, registryShape{places: true, networks: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -294,7 +298,7 @@ func TestFollowLostNotifications(t *testing.T) {
 		t.Helper()
 		var diff string
 		if err := pgtest.WaitFor(10*time.Second, func() error {
-			nodes, as, err := readRegistry(ctx, conn, nil)
+			nodes, as, _, err := readRegistry(ctx, conn, nil, registryShape{places: true, networks: true})
 			if err != nil {
 				return err
 			}

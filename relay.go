@@ -672,7 +672,7 @@ func (r *relay) rewrite() {
 	}
 	r.term = now
 	r.written = false
-	r.write(nil, nil, false)
+	r.write(nil, nil, false, false)
 }
 
 // becomeFollower starts a term: a fresh registry session, whose first,
@@ -789,24 +789,25 @@ func (r *relay) fromRegistry(u rowsUpdate) {
 		r.apply(u, u.loadedAt)
 		return
 	}
-	changed, aliases := r.rows.diff(u, r.set.staleAfter)
-	if r.written && len(changed) == 0 && !aliases {
+	changed, aliases, networks := r.rows.diff(u, r.set.staleAfter)
+	if r.written && len(changed) == 0 && !aliases && !networks {
 		u.version = r.st.Version
 		r.apply(u, u.loadedAt)
 		return
 	}
 	r.rows.merge(u, u.loadedAt)
 	r.hasRows = true
-	r.write(&u, changed, aliases)
+	r.write(&u, changed, aliases, networks)
 }
 
 // write writes the follower's rows to the copy: the clusters changed and,
-// with aliases, the aliases; everything at a term's first write. Then it
+// with aliases, the aliases, with networks, the networks; everything at a
+// term's first write. Then it
 // publishes u, when given (the caller merged it into r.rows), with the
 // version written. The copy names this
 // instance's registry, whose system identifier is read first if it is
 // not known yet: a follower that cannot name its registry writes nothing.
-func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
+func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases, networks bool) {
 	if r.id.sys == 0 {
 		sys, err := readSystemID(r.ctx, r.set.dsn)
 		if err != nil {
@@ -816,7 +817,7 @@ func (r *relay) write(u *rowsUpdate, changed map[string]bool, aliases bool) {
 		r.id.sys = sys
 	}
 	full := !r.written
-	fields := copyFields(&r.rows, changed, aliases)
+	fields := copyFields(&r.rows, changed, aliases, networks)
 	if full {
 		fields = allFields(&r.rows)
 	}

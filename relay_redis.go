@@ -11,10 +11,14 @@ import (
 )
 
 // The registry copy's fields (lock.RegistryCopy): one per served cluster,
-// holding every row of the cluster, and one holding every alias.
+// holding every row of the cluster, one holding every alias, and one
+// holding every network. The networks' field is absent while there is
+// none, so that an instance older than the networks (which refuses a field
+// it does not know) reads the copy of a registry that has none.
 const (
 	clusterFieldPrefix = "n:"
 	aliasesField       = "aliases"
+	networksField      = "networks"
 )
 
 func clusterField(name string) string { return clusterFieldPrefix + name }
@@ -35,13 +39,24 @@ type wireNode struct {
 	Age int64 `json:"age"`
 	// Beat is the heartbeat in Unix µs; nil when it is not a moment.
 	Beat *int64 `json:"hb,omitempty"`
+	// Region and Zone: absent when unknown, and in a copy written before
+	// nodes had them.
+	Region string `json:"rg,omitempty"`
+	Zone   string `json:"z,omitempty"`
+}
+
+// wireNetwork is a Network as the copy holds it.
+type wireNetwork struct {
+	Network netip.Prefix `json:"net"`
+	Region  string       `json:"rg,omitempty"`
+	Zone    string       `json:"z,omitempty"`
 }
 
 func encodeNodes(ns []Node) []byte {
 	w := make([]wireNode, len(ns))
 	for i, n := range ns {
 		w[i] = wireNode{Cluster: n.Cluster, Name: n.Name, Address: n.Address, Network: n.Network,
-			Port: n.Port, Role: n.Role, Healthy: n.Healthy, Age: int64(n.HeartbeatAge)}
+			Port: n.Port, Role: n.Role, Healthy: n.Healthy, Age: int64(n.HeartbeatAge), Region: n.Region, Zone: n.Zone}
 		if !n.Heartbeat.IsZero() {
 			us := n.Heartbeat.UnixMicro()
 			w[i].Beat = &us
@@ -59,7 +74,7 @@ func decodeNodes(b []byte) ([]Node, error) {
 	ns := make([]Node, len(w))
 	for i, n := range w {
 		ns[i] = Node{Cluster: n.Cluster, Name: n.Name, Address: n.Address, Network: n.Network,
-			Port: n.Port, Role: n.Role, Healthy: n.Healthy, HeartbeatAge: time.Duration(n.Age)}
+			Port: n.Port, Role: n.Role, Healthy: n.Healthy, HeartbeatAge: time.Duration(n.Age), Region: n.Region, Zone: n.Zone}
 		if n.Beat != nil {
 			ns[i].Heartbeat = time.UnixMicro(*n.Beat)
 		}
@@ -88,10 +103,35 @@ func decodeAliases(b []byte) ([]Alias, error) {
 	return as, nil
 }
 
+func encodeNetworks(ns []Network) []byte {
+	w := make([]wireNetwork, len(ns))
+	for i, n := range ns {
+		w[i] = wireNetwork{Network: n.Network, Region: n.Region, Zone: n.Zone}
+	}
+	b, _ := json.Marshal(w)
+	return b
+}
+
+func decodeNetworks(b []byte) ([]Network, error) {
+	var w []wireNetwork
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, err
+	}
+	ns := make([]Network, len(w))
+	for i, n := range w {
+		if !n.Network.IsValid() {
+			return nil, fmt.Errorf("network %d is not a network", i)
+		}
+		ns[i] = Network{Network: n.Network.Masked(), Region: n.Region, Zone: n.Zone}
+	}
+	return ns, nil
+}
+
 // copyFields returns the copy's fields for the clusters named (nil for one
-// without rows: deleted) and, with aliases, the aliases, as rows holds them.
-func copyFields(rows *rowSet, clusters map[string]bool, aliases bool) map[string][]byte {
-	out := make(map[string][]byte, len(clusters)+1)
+// without rows: deleted) and, with aliases, the aliases, with networks, the
+// networks (nil when there is none), as rows holds them.
+func copyFields(rows *rowSet, clusters map[string]bool, aliases, networks bool) map[string][]byte {
+	out := make(map[string][]byte, len(clusters)+2)
 	for name := range clusters {
 		var b []byte
 		if c, ok := rows.clusters[name]; ok {
@@ -102,12 +142,20 @@ func copyFields(rows *rowSet, clusters map[string]bool, aliases bool) map[string
 	if aliases {
 		out[aliasesField] = encodeAliases(rows.aliasList())
 	}
+	if networks {
+		var b []byte
+		if len(rows.networks) > 0 {
+			b = encodeNetworks(rows.networks)
+		}
+		out[networksField] = b
+	}
 	return out
 }
 
-// allFields returns every field of the copy rows makes.
+// allFields returns every field of the copy rows makes; the networks'
+// only when there are some.
 func allFields(rows *rowSet) map[string][]byte {
-	return copyFields(rows, setOf(maps.Keys(rows.clusters)), true)
+	return copyFields(rows, setOf(maps.Keys(rows.clusters)), true, len(rows.networks) > 0)
 }
 
 func setOf(keys func(func(string) bool)) map[string]bool {
@@ -136,6 +184,18 @@ func updateFromCopy(fields map[string][]byte, full bool) (rowsUpdate, error) {
 			u.aliases, u.aliasesSet = as, true
 			continue
 		}
+		if f == networksField {
+			if b == nil {
+				u.networks, u.networksSet = nil, true
+				continue
+			}
+			ns, err := decodeNetworks(b)
+			if err != nil {
+				return u, fmt.Errorf("field %q: %w", f, err)
+			}
+			u.networks, u.networksSet = ns, true
+			continue
+		}
 		name, ok := strings.CutPrefix(f, clusterFieldPrefix)
 		if !ok {
 			return u, fmt.Errorf("unknown field %q", f)
@@ -152,6 +212,9 @@ func updateFromCopy(fields map[string][]byte, full bool) (rowsUpdate, error) {
 	}
 	if full && !u.aliasesSet {
 		u.aliasesSet = true // a copy without the field has no alias
+	}
+	if full && !u.networksSet {
+		u.networksSet = true // nor one without this field a network
 	}
 	return u, nil
 }

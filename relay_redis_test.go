@@ -17,10 +17,11 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{
 		"local": {
 			{Cluster: "local", Name: "pg1", Address: netip.MustParseAddr("10.0.0.1"), Port: 5432, Role: "primary", Healthy: true, HeartbeatAge: 1500 * time.Millisecond, Heartbeat: beat},
-			{Cluster: "Local", Name: "pg2", Address: netip.MustParseAddr("2001:db8::2"), Port: 5433, Role: "standby", HeartbeatAge: time.Duration(1<<63 - 1)},
+			{Cluster: "Local", Name: "pg2", Address: netip.MustParseAddr("2001:db8::2"), Port: 5433, Role: "standby", HeartbeatAge: time.Duration(1<<63 - 1), Region: "eu", Zone: "eu-1a"},
 		},
 		"net": {{Cluster: "net", Name: "n", Address: netip.MustParseAddr("10.1.0.0"), Network: netip.MustParsePrefix("10.1.0.0/16"), Port: 1}},
-	}, aliases: []Alias{{"prod", "local"}, {"x", "prod"}}, aliasesSet: true}, time.Now())
+	}, aliases: []Alias{{"prod", "local"}, {"x", "prod"}}, aliasesSet: true,
+		networks: []Network{{Network: netip.MustParsePrefix("10.0.0.0/16"), Region: "eu", Zone: "eu-1a"}, {Network: netip.MustParsePrefix("2001:db8::/56"), Zone: "b"}}, networksSet: true}, time.Now())
 
 	u, err := updateFromCopy(allFields(rows), true)
 	if err != nil {
@@ -36,9 +37,12 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 	if len(got.clusters) != len(rows.clusters) || !maps.Equal(got.aliases, rows.aliases) {
 		t.Errorf("got %d clusters and aliases %v, want %d and %v", len(got.clusters), got.aliases, len(rows.clusters), rows.aliases)
 	}
+	if !reflect.DeepEqual(got.networks, rows.networks) || len(got.networks) != 2 {
+		t.Errorf("got networks %v, want %v", got.networks, rows.networks)
+	}
 
 	// A cluster gone is a nil field, which removes it.
-	f := copyFields(rows, map[string]bool{"gone": true, "net": true}, false)
+	f := copyFields(rows, map[string]bool{"gone": true, "net": true}, false, false)
 	if f[clusterField("gone")] != nil || f[clusterField("net")] == nil || len(f) != 2 {
 		t.Fatalf("fields %v", f)
 	}
@@ -55,6 +59,32 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 	}
 	if _, err := updateFromCopy(map[string][]byte{clusterField("a"): []byte("{")}, false); err == nil {
 		t.Error("a field that is not JSON was accepted")
+	}
+}
+
+// A copy written before nodes had a place and networks existed still
+// reads: its nodes have no place, and a full copy without the networks'
+// field has no network. A copy of a registry without networks has no
+// networks' field, so that an instance older than them reads it.
+func TestRelayCopyWithoutPlaces(t *testing.T) {
+	old := []byte(`[{"c":"local","n":"pg1","a":"10.0.0.1","p":5432,"r":"primary","h":true,"age":0}]`)
+	u, err := updateFromCopy(map[string][]byte{clusterField("local"): old, aliasesField: []byte(`[]`)}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := u.nodes["local"][0]; n.Region != "" || n.Zone != "" || n.Name != "pg1" {
+		t.Errorf("old node read as %+v", n)
+	}
+	if !u.networksSet || u.networks != nil {
+		t.Errorf("a full old copy: networks %v (set %v), want none, set", u.networks, u.networksSet)
+	}
+	rows := &rowSet{}
+	rows.merge(u, time.Now())
+	if _, ok := allFields(rows)[networksField]; ok {
+		t.Error("a copy without networks has a networks field")
+	}
+	if _, err := updateFromCopy(map[string][]byte{networksField: []byte(`[{"net":"x"}]`)}, false); err == nil {
+		t.Error("a network that is not one was accepted")
 	}
 }
 
@@ -98,14 +128,15 @@ func TestRelayDiff(t *testing.T) {
 		{"new cluster", rowsUpdate{nodes: map[string][]Node{"e": {n}}}, []string{"e"}, false},
 		{"gone", rowsUpdate{nodes: map[string][]Node{"c": nil}}, []string{"c"}, false},
 		{"alias", rowsUpdate{aliases: []Alias{{"p", "c"}}, aliasesSet: true}, nil, true},
+		{"networks", rowsUpdate{networks: []Network{{Network: netip.MustParsePrefix("10.0.0.0/8"), Zone: "a"}}, networksSet: true}, nil, false},
 	} {
-		changed, aliases := rows.diff(tc.u, 10*time.Second)
+		changed, aliases, networks := rows.diff(tc.u, 10*time.Second)
 		want := map[string]bool{}
 		for _, c := range tc.changed {
 			want[c] = true
 		}
-		if !maps.Equal(changed, want) || aliases != tc.aliases {
-			t.Errorf("%s: changed %v aliases %v, want %v %v", tc.name, changed, aliases, want, tc.aliases)
+		if !maps.Equal(changed, want) || aliases != tc.aliases || networks != (tc.name == "networks") {
+			t.Errorf("%s: changed %v aliases %v networks %v, want %v %v", tc.name, changed, aliases, networks, want, tc.aliases)
 		}
 	}
 }

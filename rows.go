@@ -29,12 +29,25 @@ type Node struct {
 	// not a moment (NULL, or infinite in a registry older than the checks
 	// that refuse it).
 	Heartbeat time.Time
+	// Region and Zone are where the node runs (topology.kubernetes.io's
+	// vocabulary); "" when the registry does not say (NULL).
+	Region string
+	Zone   string
 }
 
 // Alias is one row of pgcluster_aliases.
 type Alias struct {
 	Alias  string
 	Target string
+}
+
+// Network is one row of pgcluster_networks: clients in Network are in
+// Region and Zone ("" when NULL). Of networks that overlap, the longest
+// prefix holding a client places it.
+type Network struct {
+	Network netip.Prefix
+	Region  string
+	Zone    string
 }
 
 // Roles and the reserved labels inside a cluster.
@@ -83,6 +96,9 @@ type rowsUpdate struct {
 	// aliases holds every alias, when aliasesSet.
 	aliases    []Alias
 	aliasesSet bool
+	// networks holds every network, when networksSet.
+	networks    []Network
+	networksSet bool
 	// loadedAt is when the rows were read (earlier than now when they are
 	// the last instance's, restored after a Corefile reload).
 	loadedAt time.Time
@@ -189,6 +205,7 @@ func sortNodes(ns []Node) {
 type rowSet struct {
 	clusters map[string]clusterRows
 	aliases  map[string]Alias // by alias as stored
+	networks []Network        // by network (see sortNetworks)
 }
 
 type clusterRows struct {
@@ -244,7 +261,8 @@ func (rs *rowSet) aliasList() []Alias {
 // update returns all of rs as a full update loaded at loadedAt, its
 // heartbeat ages as they were measured.
 func (rs *rowSet) update(loadedAt time.Time) rowsUpdate {
-	u := rowsUpdate{full: true, nodes: make(map[string][]Node, len(rs.clusters)), aliases: rs.aliasList(), aliasesSet: true, loadedAt: loadedAt}
+	u := rowsUpdate{full: true, nodes: make(map[string][]Node, len(rs.clusters)), aliases: rs.aliasList(), aliasesSet: true,
+		networks: rs.networks, networksSet: true, loadedAt: loadedAt}
 	for name, c := range rs.clusters {
 		u.nodes[name] = c.nodes
 	}
@@ -252,9 +270,10 @@ func (rs *rowSet) update(loadedAt time.Time) rowsUpdate {
 }
 
 // full replaces everything with a full read made at "at".
-func (rs *rowSet) full(nodes []Node, aliases []Alias, at time.Time) {
+func (rs *rowSet) full(nodes []Node, aliases []Alias, networks []Network, at time.Time) {
 	rs.clusters = map[string]clusterRows{}
 	rs.aliases = map[string]Alias{}
+	rs.networks = sortNetworks(networks)
 	for c, ns := range groupNodes(nodes) {
 		sortNodes(ns)
 		rs.clusters[c] = clusterRows{nodes: ns, at: at}
@@ -266,8 +285,12 @@ func (rs *rowSet) full(nodes []Node, aliases []Alias, at time.Time) {
 
 // replace puts the rows read at "at" of the clusters and aliases named (as
 // stored) in place of the ones held (absent from the read: deleted), and
-// returns the served clusters that changed.
-func (rs *rowSet) replace(clusters, aliases map[string]bool, nodes []Node, as []Alias, at time.Time) map[string]bool {
+// the networks read, when networksRead, in place of all of them; it returns
+// the served clusters that changed.
+func (rs *rowSet) replace(clusters, aliases map[string]bool, nodes []Node, as []Alias, networks []Network, networksRead bool, at time.Time) map[string]bool {
+	if networksRead {
+		rs.networks = sortNetworks(networks)
+	}
 	changed := map[string]bool{}
 	if len(clusters) > 0 {
 		rs.clusters = maps.Clone(rs.clusters)
@@ -347,11 +370,28 @@ func (rs *rowSet) merge(u rowsUpdate, at time.Time) {
 			rs.aliases[a.Alias] = a
 		}
 	}
+	if u.networksSet || u.full {
+		rs.networks = sortNetworks(u.networks)
+	}
+}
+
+// sortNetworks returns a copy of networks ordered by address, then prefix
+// length: the order in which two reads of the same rows are compared.
+func sortNetworks(networks []Network) []Network {
+	out := slices.Clone(networks)
+	slices.SortFunc(out, func(a, b Network) int {
+		if c := a.Network.Addr().Compare(b.Network.Addr()); c != 0 {
+			return c
+		}
+		return a.Network.Bits() - b.Network.Bits()
+	})
+	return out
 }
 
 // diff returns the served clusters whose rows u changes in a way an answer
-// shows (see rowsChanged), and whether it changes the aliases.
-func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool, bool) {
+// shows (see rowsChanged), and whether it changes the aliases or the
+// networks.
+func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool, bool, bool) {
 	changed := map[string]bool{}
 	rowsChanged(&u, rs.clusters, func(c clusterRows) []Node { return c.nodes }, staleAfter, func(name string) { changed[name] = true })
 	aliases := false
@@ -362,5 +402,6 @@ func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool,
 		}
 		aliases = !maps.Equal(now, rs.aliases)
 	}
-	return changed, aliases
+	networks := u.networksSet && !slices.Equal(sortNetworks(u.networks), rs.networks)
+	return changed, aliases, networks
 }

@@ -13,6 +13,8 @@ CREATE TABLE IF NOT EXISTS pgcluster_nodes (
   role      text        NOT NULL DEFAULT 'unknown', -- 'primary' | 'standby' | 'unknown'
   healthy   boolean     NOT NULL DEFAULT true,      -- the cluster protocol's own view
   heartbeat timestamptz NOT NULL DEFAULT now(),
+  region    text,                                   -- where the node runs: a DNS label, NULL unknown
+  zone      text,                                   -- within the region: a DNS label, NULL unknown
   PRIMARY KEY (cluster, name),
   -- A heartbeat is a moment: 'infinity' and '-infinity' are refused.
   CONSTRAINT pgcluster_nodes_heartbeat_finite CHECK (isfinite(heartbeat)),
@@ -39,14 +41,40 @@ BEGIN
 END
 $$;
 
+-- A registry made before nodes had a place gets the columns, NULL (unknown)
+-- for every row there. Looked up first: ALTER TABLE would lock the table
+-- against the followers' reads even when the column is there.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgcluster_nodes'::regclass
+                 AND attname = 'region' AND NOT attisdropped) THEN
+    ALTER TABLE pgcluster_nodes ADD COLUMN region text;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgcluster_nodes'::regclass
+                 AND attname = 'zone' AND NOT attisdropped) THEN
+    ALTER TABLE pgcluster_nodes ADD COLUMN zone text;
+  END IF;
+END
+$$;
+
 CREATE TABLE IF NOT EXISTS pgcluster_aliases (
   alias  text PRIMARY KEY,  -- a DNS label
   target text NOT NULL      -- a cluster or another alias
 );
 
+-- Client networks and where their clients are (topology prefer|local): of
+-- networks that overlap, the longest prefix holding a client places it.
+CREATE TABLE IF NOT EXISTS pgcluster_networks (
+  network cidr PRIMARY KEY,
+  region  text,  -- a DNS label, NULL unknown
+  zone    text   -- a DNS label, NULL unknown
+);
+
 -- Notifications say what changed, so that a follower reads only that:
 -- 'nodes:<cluster>' for each cluster whose rows changed, 'aliases:<alias>'
--- for each alias; the table's name ('pgcluster_nodes', 'pgcluster_aliases')
+-- for each alias, 'networks:<network>' for each network (a follower reads
+-- every network again: a client's place depends on the networks around
+-- it); the table's name ('pgcluster_nodes', 'pgcluster_aliases', 'pgcluster_networks')
 -- when too much changed at once or the table was truncated, which a
 -- follower answers with a full reload. An UPDATE that only moves
 -- heartbeats notifies nothing: followers that judge heartbeats (stale_after)
@@ -66,13 +94,13 @@ BEGIN
     SELECT array_agg(DISTINCT cluster) INTO changed FROM old_rows;
   ELSE
     SELECT array_agg(DISTINCT cluster) INTO changed FROM (
-      (SELECT cluster, name, address, port, role, healthy FROM new_rows
+      (SELECT cluster, name, address, port, role, healthy, region, zone FROM new_rows
        EXCEPT ALL
-       SELECT cluster, name, address, port, role, healthy FROM old_rows)
+       SELECT cluster, name, address, port, role, healthy, region, zone FROM old_rows)
       UNION ALL
-      (SELECT cluster, name, address, port, role, healthy FROM old_rows
+      (SELECT cluster, name, address, port, role, healthy, region, zone FROM old_rows
        EXCEPT ALL
-       SELECT cluster, name, address, port, role, healthy FROM new_rows)) d;
+       SELECT cluster, name, address, port, role, healthy, region, zone FROM new_rows)) d;
   END IF;
   IF changed IS NULL THEN
     RETURN NULL;
@@ -116,6 +144,35 @@ BEGIN
 END;
 $$;
 
+CREATE OR REPLACE FUNCTION pgcluster_notify_networks() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_networks');
+    RETURN NULL;
+  ELSIF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT network::text) INTO changed FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT network::text) INTO changed FROM old_rows;
+  ELSE
+    SELECT array_agg(DISTINCT network::text) INTO changed FROM (
+      (SELECT network, region, zone FROM new_rows EXCEPT ALL SELECT network, region, zone FROM old_rows)
+      UNION ALL
+      (SELECT network, region, zone FROM old_rows EXCEPT ALL SELECT network, region, zone FROM new_rows)) d;
+  END IF;
+  IF changed IS NULL THEN
+    RETURN NULL;
+  ELSIF cardinality(changed) > 100 THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_networks');
+  ELSE
+    PERFORM pg_notify('pgcluster_changed', 'networks:' || n) FROM unnest(changed) n;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
 -- The triggers of earlier versions (one per table, whole-table payloads).
 DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
 DROP TRIGGER IF EXISTS pgcluster_aliases_changed ON pgcluster_aliases;
@@ -153,3 +210,19 @@ CREATE TRIGGER pgcluster_aliases_deleted AFTER DELETE ON pgcluster_aliases
 DROP TRIGGER IF EXISTS pgcluster_aliases_truncated ON pgcluster_aliases;
 CREATE TRIGGER pgcluster_aliases_truncated AFTER TRUNCATE ON pgcluster_aliases
   FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
+
+DROP TRIGGER IF EXISTS pgcluster_networks_inserted ON pgcluster_networks;
+CREATE TRIGGER pgcluster_networks_inserted AFTER INSERT ON pgcluster_networks
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
+DROP TRIGGER IF EXISTS pgcluster_networks_updated ON pgcluster_networks;
+CREATE TRIGGER pgcluster_networks_updated AFTER UPDATE ON pgcluster_networks
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
+DROP TRIGGER IF EXISTS pgcluster_networks_deleted ON pgcluster_networks;
+CREATE TRIGGER pgcluster_networks_deleted AFTER DELETE ON pgcluster_networks
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
+DROP TRIGGER IF EXISTS pgcluster_networks_truncated ON pgcluster_networks;
+CREATE TRIGGER pgcluster_networks_truncated AFTER TRUNCATE ON pgcluster_networks
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();

@@ -31,6 +31,12 @@ type settings struct {
 	// soa is the SOA's timers; zero: the defaults (see soaTimers).
 	soa soaTimers
 
+	// topology: how a client's place orders or narrows its answers
+	// (topologyOff, topologyPrefer, topologyLocal); minLocal: the serving
+	// nodes a place needs for local to answer it alone.
+	topology string
+	minLocal int
+
 	// Active health checks: off while check is "".
 	check        string // checkTCP or checkPostgres
 	checkOptions string // libpq key=value options for checkPostgres

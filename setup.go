@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -50,6 +51,9 @@ func setup(c *caddy.Controller) error {
 	c.OnStartup(func() error {
 		// Every plugin's setup has run: bind has set the listen addresses.
 		conf := dnsserver.GetConfig(c)
+		if err := cacheAgrees(cfg, conf); err != nil {
+			return plugin.Error("pgcluster", err)
+		}
 		cfg.instance = instanceName(hostName(), conf.ListenHosts, conf.Port)
 		if p.start(ctx, cfg) {
 			return nil // answering from the rows the instance before this one loaded
@@ -71,6 +75,17 @@ func setup(c *caddy.Controller) error {
 		return p
 	})
 	return nil
+}
+
+// cacheAgrees refuses a cache plugin in the server block of a topology
+// that is not off: cache keys its entries on the name, type, class and the
+// DO and CD bits alone, and answers before pgcluster, so one client's
+// place would answer every client's.
+func cacheAgrees(cfg *settings, conf *dnsserver.Config) error {
+	if !cfg.topologyOn() || conf.Handler("cache") == nil {
+		return nil
+	}
+	return fmt.Errorf("topology %s: the cache plugin of this server block answers before pgcluster and keys only on the name, type, class and DO/CD bits, so it would hand one place's answer to every client; remove cache from the block, or set topology off", cfg.topology)
 }
 
 // start begins following the registry. It reports whether it already
@@ -150,7 +165,8 @@ func (p *PgCluster) stop() {
 func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{},
 		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen,
-		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace, probeBudget: probeBudgetDefault}
+		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace, probeBudget: probeBudgetDefault,
+		topology: topologyOff, minLocal: defaultMinLocal}
 	p := &PgCluster{}
 	i := 0
 	given := map[string]int{} // option → its line
@@ -192,6 +208,8 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	p.Zones = cfg.zones
 	p.ttl = cfg.ttl
 	p.failOpen = failOpenAnswers.WithLabelValues(cfg.zones[0])
+	p.topo = newTopologyCounters(cfg)
+	p.topology, p.minLocal = cfg.topology, cfg.minLocal
 	return p, cfg, nil
 }
 
@@ -239,6 +257,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseRelayOption(c, cfg, opt, args)
 	case "ns", "soa":
 		return parseApexOption(c, cfg, opt, args)
+	case "topology", "min_local":
+		return parseTopologyOption(c, cfg, opt, args)
 	case "fallthrough":
 		for _, z := range args {
 			if why := badDomain(z); why != "" {

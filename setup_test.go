@@ -44,6 +44,19 @@ func TestSetupParse(t *testing.T) {
 			}
 		}},
 		{"pgcluster {\n postgres " + dsn + "\n stale_after off\n}", "", nil},
+		{"pgcluster {\n postgres " + dsn + "\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
+			if cfg.topology != topologyOff || cfg.minLocal != 1 || p.topologyOn() {
+				t.Errorf("topology defaults: %q %d", cfg.topology, cfg.minLocal)
+			}
+		}},
+		{"pgcluster {\n postgres " + dsn + "\n topology local\n min_local 2\n}", "", func(t *testing.T, p *PgCluster, cfg *settings) {
+			if cfg.topology != topologyLocal || cfg.minLocal != 2 || p.topology != topologyLocal || p.minLocal != 2 {
+				t.Errorf("topology: %q %d", cfg.topology, cfg.minLocal)
+			}
+		}},
+		{"pgcluster {\n postgres " + dsn + "\n topology nearest\n}", `topology: "nearest" is not off, prefer or local`, nil},
+		{"pgcluster {\n postgres " + dsn + "\n min_local 0\n}", `min_local: "0" is not a count of nodes from 1 to 1000`, nil},
+		{"pgcluster {\n postgres " + dsn + "\n topology\n}", "Wrong argument count", nil},
 		{"pgcluster {\n postgres \"host=db.example dbname=registry sslmode=verify-full\"\n}", "", nil},
 		{"pgcluster {\n postgres postgres:///registry?host=/var/run/postgresql\n}", "", nil},
 		// The floors themselves are allowed.

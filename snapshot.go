@@ -29,6 +29,9 @@ type entry struct {
 	// failOpen: the addresses and SRV records are of nodes that fail their
 	// check, answered because all of the set's nodes do (all_down open).
 	failOpen bool
+	// topo places the addresses and SRV records (see entryTopology); nil
+	// with topology off and for sets whose nodes have no place.
+	topo *entryTopology
 	// ent marks an empty non-terminal: a name that exists only because
 	// names under it do. Under an alias, such a name has no CNAME.
 	ent bool
@@ -157,6 +160,9 @@ type clusterStat struct {
 	serving, out int
 	primaries    []string
 	held         string // the node primary. holds, if any
+	// placeServing counts, with topology on, the serving nodes of each
+	// known place: a place that has none left widens its clients' answers.
+	placeServing map[place]int
 	// promoted is, while several nodes claim to be primary, the one a
 	// promotion made (see cluster.promoted); handedTo says that primary.
 	// answers it for the hand-over (see primary_hold.go).
@@ -178,7 +184,9 @@ type snapshot struct {
 	// one the registry has rows of, served or not.
 	clusters map[string]*clusterBuild
 	aliases  *aliasBuild
-	view     health.View
+	// places maps client addresses to places (pgcluster_networks).
+	places *placeMap
+	view   health.View
 	// held is, by cluster, the node primary. holds (see primaryHold).
 	held map[string]string
 
@@ -211,6 +219,7 @@ func emptySnapshot(set *settings) *snapshot {
 		parts:    map[string]*part{},
 		clusters: map[string]*clusterBuild{},
 		aliases:  resolveAliases(nil, nil, set),
+		places:   newPlaceMap(nil),
 		skips:    map[string]int{},
 	}
 	for _, z := range set.zones {
@@ -235,8 +244,9 @@ type change struct {
 // build makes a snapshot of in from nothing: what a full reload would serve.
 func build(in buildInput) *snapshot {
 	return emptySnapshot(in.settings).next(change{
-		rowsUpdate: rowsUpdate{nodes: groupNodes(in.nodes), full: true, aliases: in.aliases, aliasesSet: true},
-		view:       in.view, viewSet: true,
+		rowsUpdate: rowsUpdate{nodes: groupNodes(in.nodes), full: true, aliases: in.aliases, aliasesSet: true,
+			networks: in.networks, networksSet: true},
+		view: in.view, viewSet: true,
 	})
 }
 
@@ -248,11 +258,21 @@ func build(in buildInput) *snapshot {
 func (s *snapshot) next(ch change) *snapshot {
 	n := &snapshot{
 		set: s.set, parts: maps.Clone(s.parts), clusters: maps.Clone(s.clusters),
-		aliases: s.aliases, view: s.view, held: s.held, hash: s.hash, targets: s.targets,
+		aliases: s.aliases, places: s.places, view: s.view, held: s.held, hash: s.hash, targets: s.targets,
 		failOpen: s.failOpen, split: s.split, heldN: s.heldN, skips: maps.Clone(s.skips),
 	}
 	if ch.viewSet {
 		n.view = ch.view
+	}
+	if ch.networksSet {
+		n.places = newPlaceMap(ch.networks)
+		n.hash += n.places.hash - s.places.hash
+		for _, sk := range s.places.skipped {
+			n.skips[sk.reason]--
+		}
+		for _, sk := range n.places.skipped {
+			n.skips[sk.reason]++
+		}
 	}
 
 	// What to build again, and with which rows.

@@ -28,6 +28,15 @@ func nodeTXT(m *member, primaries int, set *settings) []string {
 		txt = append(txt, "registry_address="+reg.String())
 	}
 	txt = append(txt, fmt.Sprintf("port=%d", m.Port), "reason="+m.reason)
+	if m.Region != "" {
+		txt = append(txt, "region="+m.Region)
+	}
+	if m.Zone != "" {
+		txt = append(txt, "zone="+m.Zone)
+	}
+	if m.placeIgnored != "" {
+		txt = append(txt, printable.Cut("place_ignored="+m.placeIgnored, maxTXTString))
+	}
 	if detail != "" {
 		txt = append(txt, printable.Cut("detail="+detail, maxTXTString))
 	}

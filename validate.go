@@ -21,6 +21,9 @@ const (
 	skipAliasDangling = "alias_dangling"
 	skipAliasTooDeep  = "alias_too_deep"
 	skipNameTooLong   = "name_too_long"
+	// skipInvalidPlace: a region or zone that is not a DNS label; the row
+	// is served without it (its place unknown), the network row not at all.
+	skipInvalidPlace = "invalid_place"
 )
 
 // skipped is a row that could not be served, and why.
@@ -57,6 +60,9 @@ type member struct {
 	replica *health.Replica
 	// replicas is the cluster's replicas, for this member's TXT.
 	replicas string
+	// placeIgnored says, for TXT, which of the row's region and zone was
+	// not a DNS label and is ignored; "" when none.
+	placeIgnored string
 }
 
 // cluster is one cluster's validated members.
@@ -125,7 +131,14 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		}
 		seen[nl] = true
 		n.Cluster, n.Name, n.Role = cl, nl, printable.Cut(strings.ToLower(strings.TrimSpace(n.Role)), maxRole)
+		var ignored string
+		n.Region, n.Zone, ignored = checkPlace(n.Region, n.Zone)
+		if ignored != "" {
+			cb.skipped = append(cb.skipped, skipped{reason: skipInvalidPlace,
+				what: fmt.Sprintf("%s of node %q in cluster %q: served without it", ignored, n.Name, n.Cluster)})
+		}
 		m := judge(n, in)
+		m.placeIgnored = ignored
 		c.members = append(c.members, m)
 		// Only nodes the registry allows are checked: no instance connects
 		// to a node the registry marks unhealthy (or stale, or otherwise
@@ -156,6 +169,16 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		} else {
 			cb.stat.out++
 		}
+		if pl := (place{m.Region, m.Zone}); in.topologyOn() && pl != (place{}) {
+			if cb.stat.placeServing == nil {
+				cb.stat.placeServing = map[place]int{}
+			}
+			n := 0
+			if m.serving {
+				n = 1
+			}
+			cb.stat.placeServing[pl] += n // a place with none still counts, as 0
+		}
 	}
 	for _, m := range c.primaries {
 		cb.stat.primaries = append(cb.stat.primaries, m.Name)
@@ -164,6 +187,23 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 		cb.stat.promoted = p.Name
 	}
 	return c
+}
+
+// checkPlace returns a row's region and zone as served, in lower case: each
+// one that is not a DNS label is dropped (unknown), and ignored says which,
+// with its value shown safely.
+func checkPlace(region, zone string) (string, string, string) {
+	var bad []string
+	check := func(what, v string) string {
+		l := strings.ToLower(v)
+		if v == "" || isLabel(l) {
+			return l
+		}
+		bad = append(bad, fmt.Sprintf("%s %q is not a DNS label", what, printable.Cut(v, maxRole)))
+		return ""
+	}
+	region, zone = check("region", region), check("zone", zone)
+	return region, zone, strings.Join(bad, ", ")
 }
 
 // resolvedAlias is an alias whose chain ends at a cluster.

@@ -27,9 +27,19 @@ type report struct {
 	Clusters []clusterReport `json:"clusters"`
 	// AllOut says why every node is out, when that is one reason for all.
 	AllOut *allOut `json:"all_out,omitempty"`
+	// Networks are the client networks of pgcluster_networks, by network:
+	// where topology places the clients in each.
+	Networks []networkReport `json:"networks,omitempty"`
 	// OK: every cluster served has exactly one serving primary, and one
 	// cluster at least is served. The exit status is 0 exactly when it holds.
 	OK bool `json:"ok"`
+}
+
+// networkReport is one row of pgcluster_networks.
+type networkReport struct {
+	Network string `json:"network"`
+	Region  string `json:"region,omitempty"`
+	Zone    string `json:"zone,omitempty"`
 }
 
 // fleetReport is what Redis says of the fleet.
@@ -81,6 +91,9 @@ type skippedRow struct {
 type nodeReport struct {
 	Name    string `json:"name"`
 	Address string `json:"address"` // address:port as the registry has it
+	// Region and Zone are where the registry says the node runs.
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
 	// RegistryRole is the registry's role column, trimmed and in lower
 	// case; CheckRole the role the check read (with check postgres).
 	RegistryRole string `json:"registry_role"`
@@ -175,7 +188,7 @@ func newClusterReport(c pgcluster.ClusterJudgement, f *lock.Fleet) clusterReport
 }
 
 func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
-	nr := nodeReport{Name: j.Name, Address: addrText(j.Node), RegistryRole: j.RegistryRole, Registry: "out"}
+	nr := nodeReport{Name: j.Name, Address: addrText(j.Node), Region: j.Region, Zone: j.Zone, RegistryRole: j.RegistryRole, Registry: "out"}
 	if j.RegistryServing {
 		nr.Registry = "in"
 	}
@@ -265,6 +278,11 @@ func addrText(n pgcluster.Node) string {
 	return target(n).String()
 }
 
+// placeText is a place as region/zone, "-" for what is unknown.
+func placeText(region, zone string) string {
+	return dash(region) + "/" + dash(zone)
+}
+
 // summary is the cluster's line: serving, primary, split brain.
 func (c clusterReport) summary() string {
 	var b strings.Builder
@@ -332,11 +350,11 @@ func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CLUSTER\tNODE\tADDRESS\tROLE\tCHECK ROLE\tREGISTRY\tCHECK\tCHECKED BY\tLAG\tLEASE\tSTATE\tREASON")
+	fmt.Fprintln(tw, "CLUSTER\tNODE\tADDRESS\tREGION/ZONE\tROLE\tCHECK ROLE\tREGISTRY\tCHECK\tCHECKED BY\tLAG\tLEASE\tSTATE\tREASON")
 	for _, c := range r.Clusters {
 		for _, n := range c.Nodes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-				c.Name, n.Name, n.Address, dash(n.RegistryRole), dash(n.CheckRole), n.registryText(), n.checkText(),
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+				c.Name, n.Name, n.Address, placeText(n.Region, n.Zone), dash(n.RegistryRole), dash(n.CheckRole), n.registryText(), n.checkText(),
 				member(n.CheckedBy, n.CheckedByLive), n.lagText(), n.leaseText(r.Fleet != nil), n.State, n.reasonText())
 		}
 	}
@@ -356,6 +374,9 @@ func (r *report) write(w io.Writer, asJSON, watching, clearScreen bool) error {
 		if c.Served {
 			served++
 		}
+	}
+	for _, n := range r.Networks {
+		fmt.Fprintf(w, "network %s: clients in %s\n", n.Network, placeText(n.Region, n.Zone))
 	}
 	if r.AllOut != nil {
 		fmt.Fprintf(w, "every node is out for one reason, %s: %s\n", r.AllOut.Reason, r.AllOut.Hint)

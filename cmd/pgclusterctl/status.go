@@ -217,11 +217,14 @@ func isTerminal(w io.Writer) bool {
 func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dials *rediserr.Dials) (*report, error) {
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
-	nodes, _, err := pgcluster.ReadRegistry(ctx, o.postgres)
+	nodes, _, networks, err := pgcluster.ReadRegistry(ctx, o.postgres)
 	if err != nil {
 		return nil, fmt.Errorf("-postgres: %w", err)
 	}
 	r := &report{Time: time.Now().UTC(), Registry: o.registry, Zone: o.judge.Zone, Checks: rdb != nil}
+	for _, n := range networks {
+		r.Networks = append(r.Networks, networkReport{Network: n.Network.String(), Region: n.Region, Zone: n.Zone})
+	}
 	var fleet *lock.Fleet
 	view := health.View{}
 	if rdb != nil {

@@ -188,7 +188,7 @@ func TestStatusMatchesFleet(t *testing.T) {
 	}
 	_, text, _ = status(t, args...)
 	row := regexp.MustCompile(`(?m)^local +pg3 +127\.0\.0\.63:` + strconv.Itoa(pg3.port) +
-		` +standby +- +in +down \(refused\) +` + n.CheckedBy[:8] + ` +- +` + n.Lease[:8] + ` +out +check_refused: .*refused$`)
+		` +-/- +standby +- +in +down \(refused\) +` + n.CheckedBy[:8] + ` +- +` + n.Lease[:8] + ` +out +check_refused: .*refused$`)
 	if !row.MatchString(text) || !strings.Contains(text, "local: 2 serving, 1 out, 3 skipped; primary pg1\n") ||
 		!strings.Contains(text, `  skipped, never served: node "bad_name" in cluster "local" (invalid_name): the cluster or node name is not a DNS label`) {
 		t.Errorf("the table does not show pg3 out, or local's summary; want a row matching %s:\n%s", row, text)
@@ -364,5 +364,28 @@ func TestStatusWatch(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("-watch did not stop when interrupted")
+	}
+}
+
+// The table shows each node's region and zone, and the networks follow
+// the clusters with the place of their clients.
+func TestReportShowsPlaces(t *testing.T) {
+	r := &report{Registry: "r", Zone: "z.", Clusters: []clusterReport{{Name: "local", Summary: "local: 1 serving",
+		Nodes: []nodeReport{{Name: "pg1", Address: "192.0.2.1:5432", Region: "eu", Zone: "eu-a", State: "in"}, {Name: "pg2", Address: "192.0.2.2:5432", State: "in"}}}},
+		Networks: []networkReport{{Network: "10.0.0.0/16", Region: "eu", Zone: "eu-a"}, {Network: "10.9.0.0/16", Zone: "b"}}}
+	var b strings.Builder
+	if err := r.write(&b, false, false, false); err != nil {
+		t.Fatal(err)
+	}
+	text := b.String()
+	for _, re := range []string{`(?m)^local +pg1 +192\.0\.2\.1:5432 +eu/eu-a `, `(?m)^local +pg2 +192\.0\.2\.2:5432 +-/- `} {
+		if !regexp.MustCompile(re).MatchString(text) {
+			t.Errorf("status lacks a row matching %s:\n%s", re, text)
+		}
+	}
+	for _, want := range []string{"REGION/ZONE", "network 10.0.0.0/16: clients in eu/eu-a", "network 10.9.0.0/16: clients in -/b"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("status lacks %q:\n%s", want, text)
+		}
 	}
 }
