@@ -337,7 +337,30 @@ func (in *Instance) Stop() error {
 	if grace == 0 {
 		grace = StopTimeout
 	}
+	in.awaitStarted()
 	return in.p.Stop(grace)
+}
+
+// startedBanner is what CoreDNS prints once caddy.Start has returned.
+const startedBanner = "CoreDNS-"
+
+// startWait bounds awaitStarted.
+const startWait = 5 * time.Second
+
+// awaitStarted waits, at most startWait, until the instance has printed
+// its start-up banner or exited. caddy (v1.1.4) reads its list of servers
+// on SIGTERM without the lock its start writes it under, and a server
+// answers before that list is complete: a SIGTERM sent as soon as the
+// first answer came is a data race in a -race build (seen in a loaded CI
+// run). The banner comes once the list is written.
+func (in *Instance) awaitStarted() {
+	deadline := time.Now().Add(startWait)
+	for !in.p.Exited() && time.Now().Before(deadline) && !strings.Contains(in.Log(), startedBanner) {
+		select {
+		case <-in.p.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // Freeze stops the instance with SIGSTOP and returns once it is stopped: it
