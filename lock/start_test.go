@@ -55,12 +55,14 @@ func perInterval(counts []int, bucket, interval time.Duration) []int {
 // instance: each first joins and reads the fleet's statuses, then takes
 // its share of the leases a cycle and its stagger after its start and
 // probes them as it takes them, and leaves the other targets to their
-// owners meanwhile. Each probing every target nobody covered yet would
-// make 4 × 300 probes in the first interval (measured before: 1,270 and
-// 972 in the first two intervals). The bound, one and a half times one
-// prober's over the two intervals, leaves room for an owner whose first
-// write misses its deadline on a loaded machine (the others probe its
-// targets once the handoff is over).
+// owners meanwhile. Each probing every target nobody covered yet made
+// 1,270 and 972 probes in the first two intervals (2,394 in a later run).
+// The bound, one and a half times one prober's over the two intervals,
+// leaves room for an owner whose first write misses its deadline on a
+// loaded machine (the others probe its targets once the handoff is over),
+// and each instance that went local in that time (a Redis call longer
+// than two cycles on a loaded machine) may add a probe of every target
+// per interval: that is local mode's own load, measured elsewhere.
 func TestCoordinatorStartTogether(t *testing.T) {
 	const n, m, interval, bucket = 4, 300, time.Second, 100 * time.Millisecond
 	srv := redistest.Start(t)
@@ -68,23 +70,33 @@ func TestCoordinatorStartTogether(t *testing.T) {
 	log := &probeLog{}
 	start := time.Now()
 	var ins []*instance
+	var ms []*modes
 	for range n {
+		mo := &modes{}
+		ms = append(ms, mo)
 		ins = append(ins, startChecked(t, newClient(t, srv), targets,
-			Config{Prefix: "fleet:", Interval: interval, Timeout: outageTimeout, Logf: t.Logf},
+			Config{Prefix: "fleet:", Interval: interval, Timeout: outageTimeout, Logf: t.Logf, Observer: mo},
 			health.Config{Check: health.CheckTCP, Interval: interval, Timeout: outageTimeout, Rise: 1, Fall: 1, Observe: log.observe}))
 	}
-	eventually(t, 20*time.Second, "every instance sees every target up", allState(ins, targets, health.Up))
-	up := time.Since(start)
 	end := start.Add(2 * interval)
 	eventually(t, 10*time.Second, "two intervals since the start", func() bool { return time.Now().After(end.Add(outageTimeout)) })
+	local := 0
+	for _, mo := range ms {
+		if l := mo.wentLocal(); len(l) > 0 && l[0].Before(end) {
+			local++
+		}
+	}
 	per := log.between(start, end, bucket)
 	totals := perInterval(per, bucket, interval)
-	t.Logf("%d instances x %d targets started together: every target up in every view after %v; probes per interval %v (%d a target: one prober); per %v: %v",
-		n, m, up.Round(time.Millisecond), totals, m, bucket, per)
-	if limit := 3 * m; totals[0]+totals[1] > limit {
+	limit := 3*m + local*2*m
+	t.Logf("%d instances x %d targets started together: probes per interval %v (%d a target: one prober), limit over both %d (%d instances went local); per %v: %v",
+		n, m, totals, m, limit, local, bucket, per)
+	if totals[0]+totals[1] > limit {
 		t.Errorf("%d probes in the first two intervals of a fleet started together, over %d (one prober: %d): instances probe what other members hold",
 			totals[0]+totals[1], limit, 2*m)
 	}
+	eventually(t, 60*time.Second, "every instance sees every target up", allState(ins, targets, health.Up))
+	t.Logf("every target up in every view after %v", time.Since(start).Round(time.Millisecond))
 }
 
 // Coming back after an outage does not probe every target at once: three
