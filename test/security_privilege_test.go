@@ -142,6 +142,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		"INSERT INTO pgcluster_nodes(name, address) VALUES ('x', '127.0.0.99')",
 		"UPDATE pgcluster_nodes SET healthy = true",
 		"DELETE FROM pgcluster_aliases",
+		"DELETE FROM pgcluster_networks",
 		"TRUNCATE pgcluster_nodes",
 		"SELECT * FROM other_data",
 		"CREATE TABLE mine(x int)",
@@ -155,7 +156,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	var privs string
 	err = reg.QueryRow(ctx, `SELECT string_agg(table_name || ':' || privilege_type, ' ' ORDER BY table_name, privilege_type)
 FROM information_schema.role_table_grants WHERE grantee = $1`, readmeRole).Scan(&privs)
-	if want := "pgcluster_aliases:SELECT pgcluster_nodes:SELECT"; err != nil || privs != want {
+	if want := "pgcluster_aliases:SELECT pgcluster_networks:SELECT pgcluster_nodes:SELECT"; err != nil || privs != want {
 		t.Errorf("the role's table privileges: %q, %v; want %q", privs, err, want)
 	}
 
