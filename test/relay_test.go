@@ -266,15 +266,30 @@ func noServfail(ins []*Instance) (stop func() []string) {
 // roles reads each instance's relay role.
 func roles(t testing.TB, ins []*Instance) []string {
 	t.Helper()
+	out, err := rolesOf(ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// rolesOf is roles, with a failed scrape of /metrics returned as an error
+// (for a wait to try again: one scrape may miss its deadline on a loaded
+// machine).
+func rolesOf(ins []*Instance) ([]string, error) {
 	out := make([]string, len(ins))
 	for i, in := range ins {
+		body, err := get(in.MetricsURL())
+		if err != nil {
+			return nil, fmt.Errorf("metrics of %s: %v", in.Addr(), err)
+		}
 		for _, r := range []string{"follower", "reader", "local"} {
-			if metric(t, in, `coredns_pgcluster_relay_role{role="`+r+`",zone="`+Zone+`"}`) == 1 {
+			if v, _ := metricValue(body, `coredns_pgcluster_relay_role{role="`+r+`",zone="`+Zone+`"}`); v == 1 {
 				out[i] = r
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // follower returns the index of the one follower, waiting for there to be
@@ -291,7 +306,10 @@ func oneFollower(t testing.TB, ins []*Instance, timeout time.Duration) int {
 	t.Helper()
 	f := -1
 	Eventually(t, timeout, func() error {
-		rs := roles(t, ins)
+		rs, err := rolesOf(ins)
+		if err != nil {
+			return err
+		}
 		f = slices.Index(rs, "follower")
 		if f < 0 || slices.Index(rs[f+1:], "follower") >= 0 {
 			return fmt.Errorf("roles %v: want one follower", rs)
