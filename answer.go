@@ -198,12 +198,7 @@ func (p *PgCluster) addresses(m *dns.Msg, b *budget, e *entry, qtype uint16) {
 		return
 	}
 	if b.shared {
-		r := e.records(p.ttl)
-		set := r.a
-		if qtype == dns.TypeAAAA {
-			set = r.aaaa
-		}
-		m.Answer = appendWindow(m.Answer, set, start, k)
+		m.Answer = appendWindow(m.Answer, e.sharedAddresses(qtype, p.ttl), start, k)
 		return
 	}
 	m.Answer = slices.Grow(m.Answer, k)
@@ -236,11 +231,7 @@ func (p *PgCluster) placedAddresses(m *dns.Msg, b *budget, e *entry, qtype uint1
 	m.Answer = slices.Grow(m.Answer, k)
 	at := func(i int) int { idx, _ := seq.at(i); return idx }
 	if b.shared {
-		r := e.records(p.ttl)
-		set := r.a
-		if qtype == dns.TypeAAAA {
-			set = r.aaaa
-		}
+		set := e.sharedAddresses(qtype, p.ttl)
 		for i := range k {
 			m.Answer = append(m.Answer, set[at(i)])
 		}
@@ -476,4 +467,14 @@ func copyRR[T any, PT interface {
 }](rr PT) dns.RR {
 	c := *rr
 	return PT(&c)
+}
+
+// sharedAddresses is e's shared A records, or AAAA records for qtype AAAA,
+// with ttl (see entry.records).
+func (e *entry) sharedAddresses(qtype uint16, ttl uint32) []dns.RR {
+	r := e.records(ttl)
+	if qtype == dns.TypeAAAA {
+		return r.aaaa
+	}
+	return r.a
 }
