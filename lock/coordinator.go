@@ -117,12 +117,17 @@ type Observer interface {
 // Every stored status is read at each (re)subscription, and again, as a
 // safety net, every Resync.
 //
-// A target whose holder is not a live member (or whose status predates
-// this instance's return after an outage) is probed here too until a
-// holder's status arrives. While Redis does not answer (its calls have
-// kept failing for two cycles, see failed), every target is probed here
-// (ModeLocal); when it answers again, leases are taken again, and every
-// status is read again once its holder has rewritten it.
+// A target whose owner changed (a member came or went) is left to its new
+// owner for a handoff (bounds.handoff), then probed here too until a
+// holder's status covers it; so is a target whose holder is not a live
+// member, or whose status predates this instance's return after an outage
+// and was not published since. Instances started together join first,
+// read the fleet's statuses, then take their leases staggered over a cycle
+// (see Run). While Redis does not answer (its calls have kept failing for
+// two cycles, see failed), every target is probed here (ModeLocal); when it
+// answers again, leases are taken again after a cycle and the stagger
+// without probing them at once (their ticks stay spread), and every status
+// is read again once its holder has rewritten it.
 type Coordinator struct {
 	cfg    Config
 	b      bounds
@@ -148,7 +153,7 @@ type Coordinator struct {
 	rank         ranking                    // memberList, for rendezvous hashing
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
-	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted
+	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
 	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
@@ -158,6 +163,10 @@ type Coordinator struct {
 	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
 	subAt        int64                      // Redis µs then
 	subscribed   bool                       // the subscription read every status since the last heartbeat (see afterResync)
+	handoffs     map[string]time.Time       // targets whose owner changed: left to it until then (see deferred)
+	takeFrom     time.Time                  // no lease is taken before (see Run and plan)
+	tookFirst    bool                       // a round of takes ended since the start (see deferred)
+	quietUntil   time.Time                  // leases taken before are not probed at once (a return: see plan)
 	wake         chan struct{}
 	readWake     chan struct{}        // tells reads there may be something to read
 	synced       chan struct{}        // closed once the first subscription read every stored status, or did not
@@ -174,6 +183,9 @@ type Coordinator struct {
 type remoteStatus struct {
 	version int64
 	status
+	// heard: published since this instance's last return (or its own
+	// write): its holder wrote it then, whatever its version.
+	heard bool
 }
 
 // NewCoordinator returns a Coordinator of a new instance on rdb.
@@ -207,6 +219,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		members:   map[string]bool{},
 		owners:    map[string]string{},
 		feeds:     map[string]*feed{},
+		handoffs:  map[string]time.Time{},
 		wake:      make(chan struct{}, 1),
 		readWake:  make(chan struct{}, 1),
 		synced:    make(chan struct{}),
@@ -386,8 +399,12 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		// before (in local mode, or before the holder's status came) is
 		// older than the holder's, and must not come back into the View
 		// when the holder goes, before this instance's own next probe.
-		// (The View does not change: it already takes the holder's.)
-		delete(c.own, t.Key)
+		// (The View does not change: it already takes the holder's.) Left
+		// to its owner and not covered yet (see deferred), t keeps what
+		// this instance found last: the View answers from it meanwhile.
+		if c.covered(t.Key, t.Addr) {
+			delete(c.own, t.Key)
+		}
 		return false, health.Progress{}
 	}
 	if r, ok := c.known(t.Key); ok && r.Addr == t.Addr {
@@ -421,13 +438,18 @@ func (c *Coordinator) KeepSession(t health.Target) bool {
 	return c.mode == ModeCoordinated && c.held[t.Key]
 }
 
-// probes reports whether this instance probes key at addr. c.mu is held.
+// probes reports whether this instance probes key at addr: in local
+// mode, while it holds the lease, and while no live holder's status
+// covers it, unless it is left to its owner for now (see deferred). c.mu
+// is held.
 func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
-	return c.mode == ModeLocal || c.held[key] || !c.covered(key, addr)
+	return c.mode == ModeLocal || c.held[key] || !c.covered(key, addr) && !c.deferred(key)
 }
 
 // covered reports whether a live holder's status covers key at addr: a
-// status for that address, not older than this instance's return, that
+// status for that address, not older than this instance's return unless
+// published since (a holder's first write after taking its lease back is
+// published, see write), that
 // covers the key by the fleet's bounds (bounds.stale: by the live member
 // the fleet gives the key to, with nothing its holder published missing
 // here beyond a handoff, see asOf), and not by this instance unless it still holds the
@@ -435,7 +457,7 @@ func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
 // it takes the lease back). c.mu is held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	r, ok := c.known(key)
-	if !ok || r.Addr != addr || r.version < c.joinedAt || r.Holder == c.Token() && !c.held[key] {
+	if !ok || r.Addr != addr || r.version < c.joinedAt && !r.heard || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
 	return c.vouched(key, r)
@@ -583,7 +605,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 			c.published[t.Key] = p
 		}
 		if r, had := c.known(t.Key); !had || v > r.version {
-			c.remote[t.Key] = remoteStatus{version: v, status: st}
+			c.remote[t.Key] = remoteStatus{version: v, status: st, heard: true}
 		}
 	}
 }
@@ -619,7 +641,7 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		}
 		return
 	}
-	c.remote[key] = remoteStatus{version: v, status: st}
+	c.remote[key] = remoteStatus{version: v, status: st, heard: live}
 	if live && c.held[key] && st.Holder != c.Token() {
 		// A newer status of a key this instance holds, written by
 		// another: anyone's write, without a secret. Its own goes out
@@ -678,13 +700,16 @@ func (c *Coordinator) view() health.View {
 		var p health.Progress
 		r, ok := c.remote[k]
 		ok = ok && r.Addr == addr
-		if c.probes(k, addr) {
-			if own, mine := c.own[k]; mine {
-				p = own
-			} else if ok {
-				p = r.progress()
-			}
-		} else if ok {
+		// This instance's own verdict where it probes the target, or
+		// probed it last and no holder's status covers it yet (it is
+		// left to its owner meanwhile: after a return, what this
+		// instance found in local mode is newer than what the fleet
+		// knew before the outage); else the holder's.
+		own, mine := c.own[k]
+		switch {
+		case mine && (c.mode == ModeLocal || c.held[k] || !c.covered(k, addr)):
+			p = own
+		case ok:
 			p = r.progress()
 		}
 		if p.Verdict.State != health.Unknown {
@@ -697,8 +722,9 @@ func (c *Coordinator) view() health.View {
 // tend is one round of looking after membership and leases: heartbeat
 // (whose failures over two cycles mean local mode, see failed, and whose
 // success after it a return), then take the leases that are ours by
-// rendezvous and release the others.
+// rendezvous (none before takeFrom) and release the others.
 func (c *Coordinator) tend(ctx context.Context) {
+	defer c.tookTurn()
 	start := time.Now()
 	m, err := c.heartbeat(ctx)
 	if err != nil {
@@ -733,7 +759,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 		}
 		taken = append(taken, seize...)
 	}
-	kick := p.kick
+	var kick []string
 	c.mu.Lock()
 	for _, k := range p.release {
 		delete(c.held, k)
@@ -741,7 +767,9 @@ func (c *Coordinator) tend(ctx context.Context) {
 	for _, k := range taken {
 		c.held[k] = true
 		c.writtenBy[k] = false
-		kick = append(kick, k)
+		if p.kickTaken {
+			kick = append(kick, k)
+		}
 	}
 	if len(p.release) > 0 || len(taken) > 0 {
 		c.observeLeases()
@@ -750,6 +778,16 @@ func (c *Coordinator) tend(ctx context.Context) {
 	c.mu.Unlock()
 	for _, k := range kick {
 		p.probeNow(k)
+	}
+}
+
+// tookTurn notes that a round of tend that could take leases (one at or
+// past takeFrom) ended, whatever it took.
+func (c *Coordinator) tookTurn() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !time.Now().Before(c.takeFrom) {
+		c.tookFirst = true
 	}
 }
 
@@ -769,7 +807,7 @@ func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
 // tendPlan is what a round of tend does once its heartbeat answered.
 type tendPlan struct {
 	take, release []string        // leases to take and to release
-	kick          []string        // targets to probe at once
+	kickTaken     bool            // probe the leases taken at once (see plan)
 	tried         map[string]bool // keys whose take failed before (see TakeAll)
 	read          bool            // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
@@ -809,6 +847,13 @@ type ownership struct {
 // what the round does next. next is the targets' owners for those members
 // when they changed (targets added since are added to it), nil when they
 // did not. c.mu is held.
+//
+// A lease taken is probed at once, so that its target's new owner covers
+// it soon (the others leave it to it meanwhile, see deferred), except in
+// the interval after a return's first takes: every instance comes back at
+// once then, each with its share of the targets, which it probed in local
+// mode at their own ticks, spread over an interval; probed at once, they
+// would all be probed in the same moment.
 func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
 	var p tendPlan
@@ -817,13 +862,24 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	if c.mode != ModeCoordinated {
 		if c.mode == ModeLocal {
 			// A return: statuses stored before it may predate the
-			// outage. Trust them only once rewritten, which a read of
-			// every status after every holder has probed once will
-			// show (see reads).
+			// outage. Trust them only once published again (a
+			// holder's first write after taking its lease back is),
+			// or rewritten, which a read of every status after every
+			// holder has probed once will show (see reads).
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
+			for k, r := range c.remote {
+				r.heard = false
+				c.remote[k] = r
+			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
+			// The fleet comes back at once: its members first (after
+			// an outage longer than a membership, Redis holds none),
+			// then their leases, staggered as at a start, so that no
+			// member takes what the others' return moves away again.
+			c.takeFrom = time.Now().Add(c.b.cycle + c.stagger())
+			c.quietUntil = c.takeFrom.Add(c.b.interval)
 			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
 		} else {
 			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
@@ -831,12 +887,6 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.mode = ModeCoordinated
 		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
 		c.observeLeases()
-	}
-	var before []string
-	for k, addr := range c.targets {
-		if c.covered(k, addr) {
-			before = append(before, k)
-		}
 	}
 	if !slices.Equal(members, c.memberList) {
 		c.signal() // what is covered may change
@@ -856,17 +906,15 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	p.read = c.noteMarks(m, rejoin || c.subscribed)
 	c.subscribed = false
 	// Targets no longer covered (their holder left, or the fleet gives
-	// them to another member): probe them now, not at their next tick.
-	for _, k := range before {
-		if !c.covered(k, c.targets[k]) {
-			p.kick = append(p.kick, k)
-		}
-	}
+	// them to another member) are left to their new owners for a handoff
+	// (see setOwners), which take them at once below.
+	c.dropHandoffs()
+	now := time.Now()
 	me := c.Token()
 	for k := range c.targets {
 		mine := c.owners[k] == me
 		switch {
-		case mine && !c.held[k]:
+		case mine && !c.held[k] && !now.Before(c.takeFrom):
 			p.take = append(p.take, k)
 		case !mine && c.held[k]:
 			p.release = append(p.release, k)
@@ -877,6 +925,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			p.release = append(p.release, k)
 		}
 	}
+	p.kickTaken = !now.Before(c.quietUntil)
 	p.probeNow = c.probeNow
 	p.tried = c.blockedSet()
 	return p
@@ -884,18 +933,24 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 
 // setOwners makes c.owners the owner among c.memberList of every target
 // and of no other key, taking those of from that are there (computed for
-// c.memberList) and computing the others. The owners are computed again
-// only when the members or the targets change: at 300 members a key's
-// owner costs microseconds, too much for every target at every round and
-// every Claim. c.mu is held.
+// c.memberList) and computing the others, and leaves each target whose
+// owner is now another live member than before to it for a handoff (see
+// deferred). The owners are computed again only when the members or the
+// targets change: at 300 members a key's owner costs microseconds, too
+// much for every target at every round and every Claim. c.mu is held.
 func (c *Coordinator) setOwners(from map[string]string) {
 	owners := make(map[string]string, len(c.targets))
+	until := time.Now().Add(c.b.handoff())
+	me := c.Token()
 	for k := range c.targets {
 		o, ok := from[k]
 		if !ok {
 			o = c.rank.owner(k)
 		}
 		owners[k] = o
+		if was, had := c.owners[k]; (!had || was != o) && o != me && c.members[o] {
+			c.handoffs[k] = until
+		}
 	}
 	c.owners = owners
 }

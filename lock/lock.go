@@ -67,7 +67,13 @@
 // for two heartbeat cycles (bounds.outageAfter), and then probes no target
 // at once (each at its own tick), so that a fleet's probe rate rises over
 // an interval. Targets' owners are computed again only when the live
-// members or the targets change.
+// members or the targets change. A fleet started at once joins first (its
+// first heartbeat given the same two cycles of failed calls), then takes
+// its leases staggered over a cycle, and a target whose owner changed is
+// left to its new owner for a handoff, so that neither a start nor a
+// member coming or going has every instance probe what moved; coming back
+// after an outage, an instance takes its leases again without probing
+// them at once.
 //
 // It knows nothing of DNS: keys are opaque to it.
 package lock

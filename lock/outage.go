@@ -26,11 +26,12 @@ func (c *Coordinator) lost(ctx context.Context, start time.Time, err error) {
 
 // failed counts a Redis call, begun at start, that failed with err: the
 // failure streak begins with the first such call since the last heartbeat
-// that answered, and local mode once the streak spans outageAfter (at
-// once for an instance that has never coordinated: it has no fleet to
-// leave). Until then this instance keeps its leases and probes what it
-// holds, and the others' statuses keep covering the rest: nothing it
-// answers waits on Redis either way. c.mu is held.
+// that answered, and local mode once the streak spans outageAfter, for an
+// instance joining the fleet (see join) as for one coordinating. Until
+// then this instance keeps its leases and probes what it holds, and the
+// others' statuses keep covering the rest (a joining instance probes
+// nothing yet): nothing it answers waits on Redis either way. c.mu is
+// held.
 func (c *Coordinator) failed(start time.Time, err error) {
 	c.noteCause(err)
 	if c.mode == ModeLocal {
@@ -44,16 +45,19 @@ func (c *Coordinator) failed(start time.Time, err error) {
 	if c.failingSince.IsZero() || start.Before(c.failingSince) {
 		c.failingSince = start
 	}
-	if c.mode != ModeCoordinated || time.Since(c.failingSince) >= c.b.outageAfter() {
+	if time.Since(c.failingSince) >= c.b.outageAfter() {
 		c.goLocal()
 		return
 	}
 	// A cause found after deadlines has a line of its own.
-	kind := "redis failed"
+	kind, doing := "redis failed", "still coordinating"
+	if c.mode == "" {
+		kind, doing = "redis failed joining", "joining the fleet"
+	}
 	if deadline(c.cause) {
 		kind += " deadline"
 	}
-	c.rlog.Logf(kind, "a Redis call failed (%v): still coordinating, local mode if Redis calls keep failing for %v", c.cause, c.b.outageAfter())
+	c.rlog.Logf(kind, "a Redis call failed (%v): %s, local mode if Redis calls keep failing for %v", c.cause, doing, c.b.outageAfter())
 }
 
 // noteCause keeps, of the errors of a failure streak, the one that says

@@ -69,3 +69,61 @@ func TestLocalModeSaysWhy(t *testing.T) {
 		t.Errorf("lines saying Redis does not answer: %q, want the deadline's and then one naming %q", lines, why)
 	}
 }
+
+// A joining instance's first heartbeat is given two cycles of failed calls
+// before local mode (see join), and local mode's line names what was wrong
+// in any of them, not only the deadline the first one ran out of: the
+// same TLS-only redis-server and untrusted CA, the first dial hanging, at
+// an interval of 2 s (two cycles: 2 s, four times the first call's
+// deadline). The first line saying Redis does not answer names the
+// certificate refused. (Going local at the first failure, as an instance
+// that never coordinated once did, said only "context deadline exceeded".)
+func TestJoinSaysWhy(t *testing.T) {
+	const interval = 2 * time.Second
+	ca := tlstest.New(t, "redis CA")
+	files := ca.MustWrite(t, ca.MustIssue(t, "127.0.0.1"))
+	srv := redistest.StartTLS(t, redistest.TLS{CertFile: files.Cert, KeyFile: files.Key, CAFile: files.CA, Client: ca.ClientConfig()})
+	untrusting := tlstest.New(t, "other CA").ClientConfig()
+	untrusting.ServerName = "127.0.0.1"
+	var dials atomic.Int64
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: MaxCallTimeout, ReadTimeout: MaxCallTimeout, WriteTimeout: MaxCallTimeout,
+		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if dials.Add(1) == 1 {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			d := tls.Dialer{Config: untrusting}
+			return d.DialContext(ctx, network, addr)
+		}})
+	t.Cleanup(func() { rdb.Close() })
+	logs := &lineLog{t: t}
+	started := time.Now()
+	in := startInstance(t, rdb, nil, func(cfg *Config) {
+		cfg.Interval, cfg.Timeout, cfg.Logf = interval, outageTimeout, logs.logf
+	})
+	const why = "x509: certificate signed by unknown authority"
+	var first string
+	eventually(t, 10*time.Second, "a line saying Redis does not answer", func() bool {
+		logs.mu.Lock()
+		defer logs.mu.Unlock()
+		for _, line := range logs.lines {
+			if strings.Contains(line, "Redis does not answer") {
+				first = line
+				return true
+			}
+		}
+		return false
+	})
+	took := time.Since(started)
+	t.Logf("local after %v: %s", took.Round(time.Millisecond), first)
+	if m := in.coord.Mode(); m != ModeLocal {
+		t.Errorf("mode %q, want %q", m, ModeLocal)
+	}
+	if dials.Load() < 2 {
+		t.Fatalf("%d dials: the join tried Redis only once, the test shows nothing", dials.Load())
+	}
+	if !strings.Contains(first, why) {
+		t.Errorf("the first line saying Redis does not answer is %q, want it to name %q", first, why)
+	}
+}

@@ -9,16 +9,30 @@ import (
 	"github.com/pgcluster/pgcluster/health"
 )
 
-// Run coordinates until ctx is done, calling apply with each new View. It
-// joins the fleet, subscribes and reads the fleet's statuses (a cold start
-// answers from them): apply is called once before Run's first wait,
-// whether Redis answered or not, so that an instance never answers before
-// it knows what the fleet knows (see awaitChecked). When Run returns, this
-// instance's leases are released and its membership ended (when Redis
-// answers), so that others take over at once.
+// Run coordinates until ctx is done, calling apply with each new View.
+//
+// It joins the fleet (a heartbeat, taking no lease yet: see join),
+// subscribes and reads the fleet's statuses (a cold start answers from
+// them), then takes its leases a cycle after its start and its stagger
+// (see stagger) later: a fleet started at once (a new Deployment rolled
+// out) has its members first, then their leases, spread over a cycle, each
+// probed at once by its new holder, rather than every instance taking and
+// probing every target before it knows the others. Until then, and for a
+// handoff after each change of owner, a target the fleet gives to another
+// live member is left to it (see deferred).
+//
+// apply is called once before Run's first wait, whether Redis answered or
+// not, so that an instance never answers before it knows what the fleet
+// knows (see awaitChecked). When Run returns, this instance's leases are
+// released and its membership ended (when Redis answers), so that others
+// take over at once.
 func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 	start := time.Now()
-	c.tend(ctx)
+	c.mu.Lock()
+	c.takeFrom = start.Add(c.b.cycle + c.stagger())
+	takeFrom := c.takeFrom
+	c.mu.Unlock()
+	c.join(ctx)
 	c.mu.Lock()
 	// The first read of every status as a safety net comes at a point
 	// of its period this instance's token gives it: a fleet started
@@ -38,7 +52,13 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		}
 	})
 	wg.Go(func() { c.reads(ctx) })
-	wg.Go(func() { c.everyCycle(ctx, nil, func() { c.tend(ctx) }) })
+	wg.Go(func() {
+		if sleep(ctx, time.Until(takeFrom)) != nil {
+			return
+		}
+		c.tend(ctx)
+		c.everyCycle(ctx, nil, func() { c.tend(ctx) })
+	})
 	c.awaitSynced(ctx)
 	c.awaitChecked(ctx)
 	apply(c.view())
@@ -55,9 +75,35 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 	}
 }
 
+// join is Run's first round: a heartbeat, taking no lease yet. A Redis
+// that misses its deadlines at the start (a fleet started at once loads
+// it, and the machines it runs on) is given as long as a coordinating
+// instance gives it before it goes local (bounds.outageAfter, see failed),
+// a heartbeat every half cycle: an instance of a fleet started together
+// that went local at its first missed deadline would probe every target,
+// which loads the others' Redis calls the more, and so on. Each failure
+// counts as a coordinating instance's does, so that local mode, when it
+// comes, names what is wrong (see noteCause), not only the last deadline.
+func (c *Coordinator) join(ctx context.Context) {
+	for {
+		start := time.Now()
+		m, err := c.heartbeat(ctx)
+		if err == nil {
+			if c.round(m).read {
+				c.signalRead()
+			}
+			return
+		}
+		c.lost(ctx, start, err)
+		if ctx.Err() != nil || c.Mode() == ModeLocal || sleep(ctx, c.b.cycle/2) != nil {
+			return
+		}
+	}
+}
+
 // stagger is this instance's offset within a cycle, drawn from its token:
-// instances started together read every status, and after a return,
-// spread over a cycle.
+// instances started together take their leases, and read every status
+// after a return, spread over a cycle.
 func (c *Coordinator) stagger() time.Duration {
 	h := fnv.New64a()
 	h.Write([]byte(c.Token()))
@@ -90,33 +136,85 @@ func (c *Coordinator) awaitSynced(ctx context.Context) {
 	}
 }
 
-// awaitChecked waits, before the first View, until every target this
-// instance must probe itself (no live holder's status covers it) has been
-// probed once, so that an instance never answers, even for its first
-// milliseconds, a node that nobody vouches for: a stopped backend whose
-// old status someone stored again, say. In coordinated mode those targets
-// are probed at once (they are few: the ones whose holder is gone, and
-// this instance's share); in local mode their first probes come as the
-// checker spreads them, within an interval. The wait ends after the
-// targets' first probes could have ended (interval and timeout after the
-// targets came), or firstTargetsWait without targets.
+// deferred reports whether key is left to its owner for now rather than
+// probed here: before Run's first heartbeat answered or failed for good
+// (whether this instance coordinates is not known yet: a fleet started
+// together must not probe everything meanwhile), when the owner is this
+// instance and its first takes are to come (they probe what they take),
+// or when the owner is another live member the key went to less than a
+// handoff ago, which takes its lease at its next round and probes it at
+// once. So a member that comes or goes moves the probes of its share to
+// their new owners, not to every instance at once. A key left to a member
+// that never writes it (one anyone added, without a secret) is probed
+// here once the handoff is over. c.mu is held.
+func (c *Coordinator) deferred(key string) bool {
+	switch c.mode {
+	case "":
+		return true
+	case ModeLocal:
+		return false
+	}
+	switch o := c.owners[key]; {
+	case o == c.Token():
+		// At a start, until its first round of takes has ended (they
+		// probe what they take); after a return, this instance goes on
+		// probing its share at its ticks until it takes the leases
+		// again.
+		return !c.tookFirst && c.joinedAt == 0
+	case !c.members[o]:
+		return false
+	}
+	until, ok := c.handoffs[key]
+	return ok && time.Now().Before(until)
+}
+
+// dropHandoffs forgets the handoffs that are over, and those of keys that
+// are no targets. c.mu is held.
+func (c *Coordinator) dropHandoffs() {
+	now := time.Now()
+	for k, until := range c.handoffs {
+		if _, ok := c.targets[k]; !ok || !now.Before(until) {
+			delete(c.handoffs, k)
+		}
+	}
+}
+
+// awaitChecked waits, before the first View, until every target is
+// covered by a live holder's status or has been probed here once, so that
+// an instance never answers, even for its first milliseconds, a node that
+// nobody vouches for: a stopped backend whose old status someone stored
+// again, say. In coordinated mode the targets left to their owners (see
+// deferred) are waited for, this instance's own share is probed once its
+// leases are taken, and the others it must probe (whose owner did not
+// write them within the handoff) are probed at once; in local mode their
+// first probes come as the checker spreads them, within an interval. The
+// wait ends after the targets' first probes could have ended (the first
+// takes, a handoff, an interval and a timeout after the targets came), or
+// firstTargetsWait without targets.
 func (c *Coordinator) awaitChecked(ctx context.Context) {
 	timer := time.NewTimer(firstTargetsWait)
 	defer timer.Stop()
-	kicked := false
+	look := time.NewTicker(max(c.b.cycle/2, time.Millisecond)) // a handoff may end
+	defer look.Stop()
+	known := false
+	kicked := map[string]bool{}
 	for {
 		c.mu.Lock()
-		set, pending := c.targetsSet, c.unchecked()
-		mode, probeNow := c.mode, c.probeNow
+		set := c.targetsSet
+		kick, wait := c.unchecked()
+		mode, probeNow, takeFrom := c.mode, c.probeNow, c.takeFrom
 		c.mu.Unlock()
-		if set && len(pending) == 0 {
+		if set && len(kick) == 0 && len(wait) == 0 {
 			return
 		}
-		if set && !kicked {
-			kicked = true
-			timer.Reset(c.b.interval + c.b.timeout)
-			if mode == ModeCoordinated {
-				for _, k := range pending {
+		if set && !known {
+			known = true
+			timer.Reset(max(time.Until(takeFrom), 0) + c.b.handoff() + c.b.interval + c.b.timeout)
+		}
+		if set && mode == ModeCoordinated {
+			for _, k := range kick {
+				if !kicked[k] {
+					kicked[k] = true
 					probeNow(k)
 				}
 			}
@@ -126,21 +224,30 @@ func (c *Coordinator) awaitChecked(ctx context.Context) {
 			return
 		case <-timer.C:
 			return
+		case <-look.C:
 		case <-c.wake:
 		}
 	}
 }
 
-// unchecked returns the targets this instance probes and has not probed
-// yet. c.mu is held.
-func (c *Coordinator) unchecked() []string {
-	var out []string
+// unchecked returns the targets not covered by a live holder's status
+// that this instance has not probed yet: those it probes now and does not
+// hold (to probe at once: the ones it holds are probed as it takes them),
+// and the others (its leases to take, or left to their owners). c.mu is
+// held.
+func (c *Coordinator) unchecked() (kick, wait []string) {
 	for k, addr := range c.targets {
-		if _, ok := c.own[k]; !ok && c.probes(k, addr) {
-			out = append(out, k)
+		if _, ok := c.own[k]; ok {
+			continue
+		}
+		switch {
+		case c.probes(k, addr) && !c.held[k]:
+			kick = append(kick, k)
+		case c.probes(k, addr) || !c.covered(k, addr):
+			wait = append(wait, k)
 		}
 	}
-	return out
+	return kick, wait
 }
 
 // endWrites stops new status writes, cuts short those in flight, and waits
