@@ -70,6 +70,27 @@ CREATE TABLE IF NOT EXISTS pgcluster_networks (
   zone    text   -- a DNS label, NULL unknown
 );
 
+-- Drains: an operator takes a node, a whole cluster, or every node of a
+-- cluster in one topology zone out of every shared name (the cluster's
+-- name, its role names, its aliases, its SRV records) with a reason, until
+-- a time or until the drain is deleted; a drained node keeps its own name.
+-- node NULL and zone NULL drains the whole cluster; cluster, node and zone
+-- match a node's as DNS does, whatever their case. A drain ends by itself
+-- at "until", judged by PostgreSQL's clock. pgclusterctl drain writes
+-- them, with guards; this table is what the fleet reads.
+CREATE TABLE IF NOT EXISTS pgcluster_drains (
+  id         bigserial   PRIMARY KEY,
+  cluster    text        NOT NULL,
+  node       text,                    -- one node; NULL every node (of zone, if set)
+  zone       text,                    -- every node in this topology zone; NULL any
+  reason     text        NOT NULL CHECK (reason <> '' AND length(reason) <= 200),
+  until      timestamptz,             -- NULL: until deleted
+  created_by text        NOT NULL DEFAULT current_user,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  CONSTRAINT pgcluster_drains_node_or_zone CHECK (node IS NULL OR zone IS NULL)
+);
+CREATE INDEX IF NOT EXISTS pgcluster_drains_cluster ON pgcluster_drains (lower(cluster));
+
 -- Notifications say what changed, so that a follower reads only that:
 -- 'nodes:<cluster>' for each cluster whose rows changed, 'aliases:<alias>'
 -- for each alias, 'networks:<network>' for each network (a follower reads
@@ -173,6 +194,39 @@ BEGIN
 END;
 $$;
 
+-- A drain changes the rows its cluster's nodes are read with: it notifies
+-- 'nodes:<cluster>' for every spelling of the cluster pgcluster_nodes has.
+CREATE OR REPLACE FUNCTION pgcluster_notify_drains() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_nodes');
+    RETURN NULL;
+  ELSIF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT n.cluster) INTO changed FROM pgcluster_nodes n
+      WHERE lower(n.cluster) IN (SELECT lower(cluster) FROM new_rows);
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT n.cluster) INTO changed FROM pgcluster_nodes n
+      WHERE lower(n.cluster) IN (SELECT lower(cluster) FROM old_rows);
+  ELSE
+    SELECT array_agg(DISTINCT n.cluster) INTO changed FROM pgcluster_nodes n
+      WHERE lower(n.cluster) IN (SELECT lower(cluster) FROM new_rows
+                                 UNION SELECT lower(cluster) FROM old_rows);
+  END IF;
+  IF changed IS NULL THEN
+    RETURN NULL;
+  ELSIF cardinality(changed) > 100
+        OR (SELECT sum(octet_length(c)) FROM unnest(changed) c) > 7000 THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_nodes');
+  ELSE
+    PERFORM pg_notify('pgcluster_changed', 'nodes:' || c) FROM unnest(changed) c;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
 -- The triggers of earlier versions (one per table, whole-table payloads).
 DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
 DROP TRIGGER IF EXISTS pgcluster_aliases_changed ON pgcluster_aliases;
@@ -226,3 +280,19 @@ CREATE TRIGGER pgcluster_networks_deleted AFTER DELETE ON pgcluster_networks
 DROP TRIGGER IF EXISTS pgcluster_networks_truncated ON pgcluster_networks;
 CREATE TRIGGER pgcluster_networks_truncated AFTER TRUNCATE ON pgcluster_networks
   FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
+
+DROP TRIGGER IF EXISTS pgcluster_drains_inserted ON pgcluster_drains;
+CREATE TRIGGER pgcluster_drains_inserted AFTER INSERT ON pgcluster_drains
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
+DROP TRIGGER IF EXISTS pgcluster_drains_updated ON pgcluster_drains;
+CREATE TRIGGER pgcluster_drains_updated AFTER UPDATE ON pgcluster_drains
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
+DROP TRIGGER IF EXISTS pgcluster_drains_deleted ON pgcluster_drains;
+CREATE TRIGGER pgcluster_drains_deleted AFTER DELETE ON pgcluster_drains
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
+DROP TRIGGER IF EXISTS pgcluster_drains_truncated ON pgcluster_drains;
+CREATE TRIGGER pgcluster_drains_truncated AFTER TRUNCATE ON pgcluster_drains
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
