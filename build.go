@@ -105,11 +105,14 @@ func hdr(name string, t uint16, ttl uint32) dns.RR_Header {
 
 func (b *builder) cluster(c *cluster) {
 	ttl := b.in.ttl
-	serving := func(m *member) bool { return m.serving }
+	// A drained node serves under its own name alone: every shared name
+	// (the cluster's, its roles', and so its aliases' and SRV records)
+	// leaves it out, fail-open included.
+	serving := func(m *member) bool { return m.serving && !m.Drain.drained() }
 	// down: a node the registry allows but whose check fails; all_down
 	// open answers these when none of a set serves.
 	// A stale primary (split_brain newest_timeline) is never answered.
-	down := func(m *member) bool { return m.registryOK && !m.serving && !m.stale }
+	down := func(m *member) bool { return m.registryOK && !m.serving && !m.stale && !m.Drain.drained() }
 	b.nodes = make(map[*member]string, len(c.members))
 	for _, m := range c.members {
 		e := b.entry(m.Name + ".")
@@ -131,6 +134,11 @@ func (b *builder) cluster(c *cluster) {
 	standbyOpen := pick(c, func(m *member) bool { return down(m) && lastRole(m) == roleStandby })
 	var primary []*member
 	switch {
+	case len(primaries) == 1 && primaries[0].Drain.drained():
+		// A drained primary (pgclusterctl drain -force): primary. has
+		// no address, and none by fail-open either, until it is undrained
+		// or another is promoted.
+		primaryOpen = nil
 	case len(primaries) == 1:
 		primary = primaries
 	case len(primaries) > 1:
@@ -183,7 +191,7 @@ func (b *builder) heldPrimary(c *cluster, primaries []*member) *member {
 		return nil
 	}
 	for _, m := range c.members {
-		if m.Name == b.cb.held && !m.serving && m.registryOK && !m.stale &&
+		if m.Name == b.cb.held && !m.serving && m.registryOK && !m.stale && !m.Drain.drained() &&
 			strings.HasPrefix(m.reason, reasonCheckPrefix) && lastRole(m) == rolePrimary {
 			return m
 		}
@@ -344,6 +352,11 @@ func clusterHash(c *cluster, held string) uint64 {
 		// rows had before nodes had places.
 		if m.Region != "" || m.Zone != "" || m.placeIgnored != "" {
 			fmt.Fprintf(h, "place %s/%s %s\n", m.Region, m.Zone, m.placeIgnored)
+		}
+		// Its drain, when it has one: without, the hash is the one rows
+		// had before drains.
+		if d := m.Drain; d.drained() {
+			fmt.Fprintf(h, "drain %d %q %q %d\n", d.ID, d.Reason, d.By, d.Until)
 		}
 	}
 	fmt.Fprintf(h, "replicas %s\n", c.replicas)

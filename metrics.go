@@ -36,7 +36,7 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",
 		Name:      "nodes",
-		Help:      "Nodes per cluster, by state: in (served) or out (not served).",
+		Help:      "Nodes per cluster, by state: in (served), out (not served) or drained (serving, but drained out of every shared name).",
 	}, []string{"zone", "cluster", "state"})
 
 	primariesGauge = promauto.NewGaugeVec(prometheus.GaugeOpts{

@@ -197,10 +197,12 @@ func (pb *publisher) reportCluster(zone, name string, was, is *clusterBuild, fir
 	case is.served():
 		nodesGauge.WithLabelValues(zone, name, "in").Set(float64(isStat.serving))
 		nodesGauge.WithLabelValues(zone, name, "out").Set(float64(isStat.out))
+		nodesGauge.WithLabelValues(zone, name, "drained").Set(float64(isStat.drained))
 		primariesGauge.WithLabelValues(zone, name).Set(float64(len(isStat.primaries)))
 	case was.served():
 		nodesGauge.DeleteLabelValues(zone, name, "in")
 		nodesGauge.DeleteLabelValues(zone, name, "out")
+		nodesGauge.DeleteLabelValues(zone, name, "drained")
 		primariesGauge.DeleteLabelValues(zone, name)
 	}
 	switch {

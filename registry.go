@@ -53,30 +53,61 @@ const (
 )
 
 const (
-	// nodesQuery measures each heartbeat's age with PostgreSQL's clock. No row
-	// can make it fail: an infinite heartbeat (which the subtraction refuses)
-	// is infinitely old or young, and a missing one counts as infinitely old.
 	heartbeatAgeColumn = `CASE WHEN heartbeat IS NULL OR heartbeat = '-infinity' THEN 'Infinity'::float8
        WHEN heartbeat = 'infinity' THEN '-Infinity'::float8
        ELSE extract(epoch FROM clock_timestamp() - heartbeat)::float8
   END AS heartbeat_age`
-	nodesQuery = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
-  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
-  coalesce(region, '') AS region, coalesce(zone, '') AS zone
-FROM pgcluster_nodes`
-	// nodesQueryUnplaced reads a registry made before nodes had a place.
-	nodesQueryUnplaced = `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
-  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
-  '' AS region, '' AS zone
-FROM pgcluster_nodes`
+	// drainColumns are the drain a node is read with: of the drains that
+	// match it and have not ended by PostgreSQL's clock, the one that
+	// lasts longest, NULLs when none. drain_left is how long it has left
+	// by that clock (NULL: no end), so that the follower reads the node
+	// again the moment it ends.
+	drainColumns = `d.drain_id, d.drain_reason, d.drain_by, d.drain_until, d.drain_left`
+	drainJoin    = `
+LEFT JOIN LATERAL (
+  SELECT id AS drain_id, reason AS drain_reason, created_by AS drain_by,
+    CASE WHEN isfinite(until) THEN until END AS drain_until,
+    CASE WHEN isfinite(until) THEN extract(epoch FROM until - clock_timestamp())::float8 END AS drain_left
+  FROM pgcluster_drains dr
+  WHERE lower(dr.cluster) = lower(n.cluster)
+    AND (dr.node IS NULL OR lower(dr.node) = lower(n.name))
+    AND (dr.zone IS NULL OR %s)
+    AND (dr.until IS NULL OR dr.until > clock_timestamp())
+  ORDER BY dr.until IS NULL DESC, dr.until DESC, dr.id
+  LIMIT 1) d ON true`
+	noDrainColumns = `NULL::bigint AS drain_id, NULL::text AS drain_reason, NULL::text AS drain_by,
+  NULL::timestamptz AS drain_until, NULL::float8 AS drain_left`
 	aliasesQuery  = `SELECT alias, target FROM pgcluster_aliases`
 	networksQuery = `SELECT network, coalesce(region, '') AS region, coalesce(zone, '') AS zone FROM pgcluster_networks`
 )
 
+// nodesQuery reads every row of pgcluster_nodes (a WHERE clause may follow)
+// of a registry of shape sh, each heartbeat's age measured by PostgreSQL's
+// clock (no row can make it fail: an infinite heartbeat, which the
+// subtraction refuses, is infinitely old or young, and a missing one
+// counts as infinitely old), with its place and its drain when the
+// registry has them.
+func nodesQuery(sh registryShape) string {
+	place := `coalesce(region, '') AS region, coalesce(zone, '') AS zone`
+	zoneMatch := `lower(dr.zone) = lower(n.zone)`
+	if !sh.places {
+		place, zoneMatch = `'' AS region, '' AS zone`, `false`
+	}
+	drain, join := noDrainColumns, ""
+	if sh.drains {
+		drain, join = drainColumns, fmt.Sprintf(drainJoin, zoneMatch)
+	}
+	return `SELECT cluster, name, address, port, role, healthy, ` + heartbeatAgeColumn + `,
+  CASE WHEN isfinite(heartbeat) THEN heartbeat END AS heartbeat,
+  ` + place + `,
+  ` + drain + `
+FROM pgcluster_nodes n` + join
+}
+
 // registry follows the peer registry in PostgreSQL. It keeps one connection:
 // LISTEN first, then a full load, then a reload on every notification (those
 // that queued up meanwhile are coalesced into one), on every refresh tick and
-// when a heartbeat is about to cross stale_after. Between notifications the
+// when a heartbeat is about to cross stale_after or a drain ends. Between notifications the
 // connection is pinged, so a registry that goes silent is noticed within
 // seconds. A lost connection is retried with backoff; each new connection
 // listens and reloads in full, so a change made while it was away is not
@@ -226,6 +257,11 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 			fullAt = time.Now().Add(r.set.refresh)
 		case ch.any():
 			next, err = r.load(ctx, conn, &ch)
+		case len(r.rows.drainsEnded(time.Now())) > 0:
+			// A drain ended by PostgreSQL's clock: nobody wrote, so
+			// nothing notifies; its nodes are read again (the relay then
+			// publishes them to the fleet at once).
+			next, err = r.load(ctx, conn, &changes{clusters: r.rows.drainsEnded(time.Now()), aliases: map[string]bool{}})
 		default:
 			next, err = r.checkAges(ctx, conn)
 		}
@@ -327,6 +363,11 @@ type nodeRow struct {
 	Heartbeat    *time.Time   `db:"heartbeat"`     // nil when not finite
 	Region       string       `db:"region"`
 	Zone         string       `db:"zone"`
+	DrainID      *int64       `db:"drain_id"`
+	DrainReason  *string      `db:"drain_reason"`
+	DrainBy      *string      `db:"drain_by"`
+	DrainUntil   *time.Time   `db:"drain_until"` // nil: no end
+	DrainLeft    *float64     `db:"drain_left"`  // seconds, by PostgreSQL's clock
 }
 
 type aliasRow struct {
@@ -366,7 +407,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 	var nodes []nodeRow
 	var as []aliasRow
 	var nets []networkRow
-	if ch == nil || ch.full || ch.networks || r.shape != (registryShape{places: true, networks: true}) {
+	if ch == nil || ch.full || ch.networks || r.shape != fullShape {
 		sh, err := readShape(ctx, conn)
 		if err != nil {
 			reloads.WithLabelValues(r.zone(), "error").Inc()
@@ -410,7 +451,7 @@ func (r *registry) load(ctx context.Context, conn *pgx.Conn, ch *changes) (time.
 // nothing) and publishes only when stale_after now judges one otherwise.
 func (r *registry) checkAges(ctx context.Context, conn *pgx.Conn) (time.Duration, error) {
 	if r.set.staleAfter <= 0 {
-		return r.set.refresh, nil
+		return r.nextReload(time.Now()), nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
@@ -508,8 +549,30 @@ func (n nodeRow) node() Node {
 		Address: n.Address.Addr(), Network: network(n.Address),
 		Port: int(n.Port), Role: n.Role, Healthy: n.Healthy,
 		HeartbeatAge: heartbeatAge(n.HeartbeatAge), Heartbeat: heartbeatTime(n.Heartbeat),
-		Region: n.Region, Zone: n.Zone,
+		Region: n.Region, Zone: n.Zone, Drain: n.drain(),
 	}
+}
+
+// drain converts a scanned row's drain: its end on this instance's clock
+// is the time left by PostgreSQL's, from now (just after the read).
+func (n nodeRow) drain() Drain {
+	if n.DrainID == nil {
+		return Drain{}
+	}
+	d := Drain{ID: *n.DrainID}
+	if n.DrainReason != nil {
+		d.Reason = *n.DrainReason
+	}
+	if n.DrainBy != nil {
+		d.By = *n.DrainBy
+	}
+	if n.DrainUntil != nil {
+		d.Until = n.DrainUntil.UnixMicro()
+	}
+	if n.DrainLeft != nil {
+		d.EndsAt = time.Now().Add(heartbeatAge(max(*n.DrainLeft, 0)))
+	}
+	return d
 }
 
 func heartbeatTime(t *time.Time) time.Time {
@@ -549,10 +612,7 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes, sh registryS
 	b.Queue("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
 	var nodes []nodeRow
 	var as []aliasRow
-	nq := nodesQuery
-	if !sh.places {
-		nq = nodesQueryUnplaced
-	}
+	nq := nodesQuery(sh)
 	switch {
 	case all:
 		b.Queue(nq).Query(collect(&nodes, "pgcluster_nodes"))
@@ -587,12 +647,16 @@ func collect[T any](dst *[]T, table string) func(pgx.Rows) error {
 	}
 }
 
-// nextReload is the refresh interval, or sooner when a heartbeat will cross
-// stale_after before then (a fresh one growing stale, or one in the future
-// coming within stale_after of now): then heartbeat ages are read again,
-// since writing one notifies nothing.
+// nextReload is the refresh interval, or sooner when a drain ends (its
+// nodes are read again) or a heartbeat will cross stale_after before then
+// (a fresh one growing stale, or one in the future coming within
+// stale_after of now): then heartbeat ages are read again, since writing
+// one notifies nothing.
 func (r *registry) nextReload(now time.Time) time.Duration {
 	next := r.set.refresh
+	if left, ok := r.rows.nextDrainEnd(now); ok && left < next {
+		next = left + time.Millisecond
+	}
 	if r.set.staleAfter <= 0 {
 		return next
 	}

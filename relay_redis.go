@@ -43,6 +43,19 @@ type wireNode struct {
 	// nodes had them.
 	Region string `json:"rg,omitempty"`
 	Zone   string `json:"z,omitempty"`
+	// Drain is the node's drain; absent when it has none, and in a copy
+	// written before drains (an instance older than drains ignores it).
+	// When it ends, the follower reads the node again and writes the
+	// cluster without it.
+	Drain *wireDrain `json:"dr,omitempty"`
+}
+
+// wireDrain is a Drain as the copy holds it (never EndsAt: see Drain).
+type wireDrain struct {
+	ID     int64  `json:"id"`
+	Reason string `json:"r"`
+	By     string `json:"by"`
+	Until  int64  `json:"u,omitempty"`
 }
 
 // wireNetwork is a Network as the copy holds it.
@@ -61,6 +74,9 @@ func encodeNodes(ns []Node) []byte {
 			us := n.Heartbeat.UnixMicro()
 			w[i].Beat = &us
 		}
+		if d := n.Drain; d.drained() {
+			w[i].Drain = &wireDrain{ID: d.ID, Reason: d.Reason, By: d.By, Until: d.Until}
+		}
 	}
 	b, _ := json.Marshal(w) // strings, numbers and addresses: cannot fail
 	return b
@@ -77,6 +93,12 @@ func decodeNodes(b []byte) ([]Node, error) {
 			Port: n.Port, Role: n.Role, Healthy: n.Healthy, HeartbeatAge: time.Duration(n.Age), Region: n.Region, Zone: n.Zone}
 		if n.Beat != nil {
 			ns[i].Heartbeat = time.UnixMicro(*n.Beat)
+		}
+		if d := n.Drain; d != nil {
+			if d.ID == 0 {
+				return nil, fmt.Errorf("node %d: a drain without an id", i)
+			}
+			ns[i].Drain = Drain{ID: d.ID, Reason: d.Reason, By: d.By, Until: d.Until}
 		}
 	}
 	return ns, nil

@@ -33,7 +33,28 @@ type Node struct {
 	// vocabulary); "" when the registry does not say (NULL).
 	Region string
 	Zone   string
+	// Drain is the drain the node was read with; the zero Drain when none.
+	Drain Drain
 }
+
+// Drain is a drain of pgcluster_drains that holds a node: out of every
+// shared name, kept under its own, with a reason.
+type Drain struct {
+	ID     int64 // 0: not drained
+	Reason string
+	By     string
+	// Until is when the drain ends, Unix µs, as PostgreSQL stored it; 0
+	// when it has no end.
+	Until int64
+	// EndsAt is when it ends on this instance's clock: the time left by
+	// PostgreSQL's clock when it was read, from then. The follower reads
+	// the node again at that moment. Zero without an end, and in rows
+	// that came through the relay (whose follower reads them again).
+	EndsAt time.Time
+}
+
+// drained reports whether the node is drained.
+func (d Drain) drained() bool { return d.ID != 0 }
 
 // Alias is one row of pgcluster_aliases.
 type Alias struct {
@@ -135,7 +156,8 @@ func rowsChanged[V any](u *rowsUpdate, held map[string]V, rows func(V) []Node, s
 
 // sameRows reports whether two row sets of a cluster make the same names:
 // equal but for how old their heartbeats are, as long as stale_after judges
-// them alike (the heartbeat's time shows only for a node it judges stale).
+// them alike (the heartbeat's time shows only for a node it judges stale),
+// and for when, on this instance's clock, their drains end.
 func sameRows(a, b []Node, staleAfter time.Duration) bool {
 	if len(a) != len(b) {
 		return false
@@ -150,6 +172,9 @@ func sameRows(a, b []Node, staleAfter time.Duration) bool {
 			return false
 		}
 		x.HeartbeatAge, y.HeartbeatAge, x.Heartbeat, y.Heartbeat = 0, 0, time.Time{}, time.Time{}
+		// When a drain ends is read anew at every read: what it changes
+		// is when the node is read again, not an answer.
+		x.Drain.EndsAt, y.Drain.EndsAt = time.Time{}, time.Time{}
 		if x != y {
 			return false
 		}
@@ -404,4 +429,38 @@ func (rs *rowSet) diff(u rowsUpdate, staleAfter time.Duration) (map[string]bool,
 	}
 	networks := u.networksSet && !slices.Equal(sortNetworks(u.networks), rs.networks)
 	return changed, aliases, networks
+}
+
+// drainsEnded returns the clusters, as stored, of the nodes whose drain has
+// ended by now: their rows are read again.
+func (rs *rowSet) drainsEnded(now time.Time) map[string]bool {
+	var out map[string]bool
+	for _, c := range rs.clusters {
+		for _, n := range c.nodes {
+			if e := n.Drain.EndsAt; !e.IsZero() && !now.Before(e) {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[n.Cluster] = true
+			}
+		}
+	}
+	return out
+}
+
+// nextDrainEnd is how long from now until the first drain ends, and
+// whether one will.
+func (rs *rowSet) nextDrainEnd(now time.Time) (time.Duration, bool) {
+	var first time.Time
+	for _, c := range rs.clusters {
+		for _, n := range c.nodes {
+			if e := n.Drain.EndsAt; !e.IsZero() && (first.IsZero() || e.Before(first)) {
+				first = e
+			}
+		}
+	}
+	if first.IsZero() {
+		return 0, false
+	}
+	return max(first.Sub(now), 0), true
 }

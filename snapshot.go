@@ -157,7 +157,9 @@ type aliasPart struct {
 
 // clusterStat is what metrics and logs report of one cluster.
 type clusterStat struct {
-	serving, out int
+	// serving and out count the nodes in and out of the shared names;
+	// drained, those a drain keeps out that would otherwise serve.
+	serving, out, drained int
 	primaries    []string
 	held         string // the node primary. holds, if any
 	// placeServing counts, with topology on, the serving nodes of each

@@ -40,6 +40,9 @@ func nodeTXT(m *member, primaries int, set *settings) []string {
 	if detail != "" {
 		txt = append(txt, printable.Cut("detail="+detail, maxTXTString))
 	}
+	if m.Drain.drained() {
+		txt = append(txt, printable.Cut("drained="+drainText(m.Drain), maxTXTString))
+	}
 	if set != nil && set.checksOn() {
 		txt = append(txt, checkTXT(m, set)...)
 	}
@@ -108,6 +111,9 @@ func primaryTXT(primaries, answered []*member, held, failOpen bool) []string {
 // fit a TXT character-string, so the record packs whatever the registry holds.
 func clusterTXT(st clusterStat) []string {
 	txt := []string{fmt.Sprintf("serving=%d", st.serving), fmt.Sprintf("out=%d", st.out)}
+	if st.drained > 0 {
+		txt = append(txt, fmt.Sprintf("drained=%d", st.drained))
+	}
 	names := st.primaries
 	more := 0
 	if len(names) > maxListed {
@@ -184,4 +190,15 @@ func syncTXT(c *cluster, syncs []*member) []string {
 		names[i] = m.Name
 	}
 	return []string{"state=serving", "nodes=" + strings.Join(names, ",")}
+}
+
+// drainText is what a node's TXT says of its drain: "<reason> (until
+// <time>, by <who>)", the time in UTC as PostgreSQL stored it, "until
+// undrained" when the drain has no end.
+func drainText(d Drain) string {
+	until := "until undrained"
+	if d.Until != 0 {
+		until = "until " + time.UnixMicro(d.Until).UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s (%s, by %s, drain %d)", d.Reason, until, d.By, d.ID)
 }

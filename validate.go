@@ -164,9 +164,12 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 	cb.verdicts = make(map[string]string, len(c.members))
 	for _, m := range c.members {
 		cb.verdicts[m.Name] = m.verdict()
-		if m.serving {
+		switch {
+		case m.serving && m.Drain.drained():
+			cb.stat.drained++
+		case m.serving:
 			cb.stat.serving++
-		} else {
+		default:
 			cb.stat.out++
 		}
 		if pl := (place{m.Region, m.Zone}); in.topologyOn() && pl != (place{}) {
@@ -174,7 +177,7 @@ func (cb *clusterBuild) validate(in buildInput, zoneLen int) *cluster {
 				cb.stat.placeServing = map[place]int{}
 			}
 			n := 0
-			if m.serving {
+			if m.serving && !m.Drain.drained() {
 				n = 1
 			}
 			cb.stat.placeServing[pl] += n // a place with none still counts, as 0

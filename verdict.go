@@ -215,6 +215,14 @@ func (m *member) out(reason, detail string) {
 // verdict is what logs say of a node: in or out, and the stable reason.
 func (m *member) verdict() string {
 	switch {
+	case m.Drain.drained():
+		// Logged once as it is drained, once as it comes back: the
+		// drain's id says which, its reason is in TXT.
+		state := "out"
+		if m.serving {
+			state = "in"
+		}
+		return fmt.Sprintf("drained (drain %d; its own name: %s, %s)", m.Drain.ID, state, m.reason)
 	case m.serving && m.lagging:
 		return "in (" + m.reason + ", lagging: out of standby.)"
 	case m.serving:

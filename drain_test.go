@@ -1,0 +1,135 @@
+package pgcluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coredns/coredns/plugin/pkg/dnstest"
+	"github.com/coredns/coredns/plugin/test"
+	"github.com/miekg/dns"
+)
+
+// drainFleet is the relay rig's follower and reader, and an instance that
+// reads PostgreSQL itself without the relay: what a drain does must reach
+// all three.
+func drainFleet(t *testing.T) (*relayRig, []*relayInstance) {
+	t.Helper()
+	g := newRelayRig(t)
+	g.fleet(2)
+	set := &settings{dsn: g.pg.DSN(""), zones: []string{testZone}, ttl: 5, refresh: time.Hour}
+	p := &PgCluster{Zones: set.zones, ttl: set.ttl, Next: test.ErrorHandler()}
+	pb := publisherFor(p, set)
+	r := newRegistry(set, "", pb.applyAt)
+	ctx, cancel := context.WithCancel(context.Background())
+	go r.run(ctx)
+	t.Cleanup(func() { cancel(); <-r.done })
+	all := append(g.fleetNow(), &relayInstance{name: "instance without the relay", p: p})
+	g.wait(10*time.Second, "every instance answers every node", func() error { return answersExactly(all, attackNodes) })
+	return g, all
+}
+
+// askName asks p for name and qtype.
+func askName(p *PgCluster, name string, qtype uint16) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetQuestion(name, qtype)
+	rec := dnstest.NewRecorder(&test.ResponseWriter{})
+	code, _ := p.ServeDNS(context.Background(), rec, m)
+	if rec.Msg == nil {
+		return &dns.Msg{MsgHdr: dns.MsgHdr{Rcode: code}}
+	}
+	return rec.Msg
+}
+
+// namesAnswer checks that every instance answers each name's A query with
+// exactly the addresses given (none: NODATA).
+func namesAnswer(ins []*relayInstance, want map[string][]string) error {
+	for _, in := range ins {
+		for name, addrs := range want {
+			m := askName(in.p, name+testZone, dns.TypeA)
+			got := answerAddrs(m)
+			slices.Sort(got)
+			if m.Rcode != dns.RcodeSuccess || !slices.Equal(got, slices.Sorted(slices.Values(addrs))) {
+				return fmt.Errorf("%s: %s answers %s %v, want %v", in.name, name, dns.RcodeToString[m.Rcode], got, addrs)
+			}
+		}
+	}
+	return nil
+}
+
+// servedTXT is the TXT strings p answers for name, joined.
+func servedTXT(p *PgCluster, name string) string {
+	var out []string
+	for _, rr := range askName(p, name+testZone, dns.TypeTXT).Answer {
+		if t, ok := rr.(*dns.TXT); ok {
+			out = append(out, t.Txt...)
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// A drain of a standby takes it out of every shared name on every
+// instance (the relay's follower, its reader, and an instance without the
+// relay) while its own name still answers and says why; it ends by itself
+// at its "until", judged by PostgreSQL's clock, with nobody writing. A
+// drain of a zone, of a whole cluster, one ended already and one matching
+// no node do what they say; deleting a drain ends it.
+func TestDrains(t *testing.T) {
+	g, ins := drainFleet(t)
+	const standbys, primary = "standby.local.", "primary.local."
+	drained := map[string][]string{
+		"local.": {"192.0.2.1", "192.0.2.3"}, "prod.": {"192.0.2.1", "192.0.2.3"},
+		standbys: {"192.0.2.3"}, primary: {"192.0.2.1"}, "pg2.local.": {"192.0.2.2"},
+	}
+	const lasts = 3 * time.Second
+	start := time.Now()
+	g.pg.MustExec(t, fmt.Sprintf(`INSERT INTO pgcluster_drains (cluster, node, reason, until, created_by)
+  VALUES ('LOCAL', 'pg2', 'reindex', now() + interval '%d seconds', 'alice')`, int(lasts.Seconds())))
+	g.wait(10*time.Second, "pg2 drained everywhere", func() error { return namesAnswer(ins, drained) })
+	t.Logf("drain → out of the shared names on all 3 instances: %v", time.Since(start).Round(time.Millisecond))
+	for _, in := range ins {
+		if txt := servedTXT(in.p, "pg2.local."); !strings.Contains(txt, "drained=reindex (until 20") || !strings.Contains(txt, "by alice") {
+			t.Errorf("%s: pg2's TXT does not say it is drained: %s", in.name, txt)
+		}
+		if txt := servedTXT(in.p, "local."); !strings.Contains(txt, "drained=1") {
+			t.Errorf("%s: the cluster's TXT does not count the drained node: %s", in.name, txt)
+		}
+	}
+	all := map[string][]string{"local.": attackNodes, standbys: {"192.0.2.2", "192.0.2.3"}, primary: {"192.0.2.1"}}
+	g.wait(lasts+10*time.Second, "the drain ended by itself", func() error { return namesAnswer(ins, all) })
+	back := time.Since(start)
+	t.Logf("drain for %v: back on all 3 instances %v after the insert", lasts, back.Round(time.Millisecond))
+	if back < lasts-500*time.Millisecond {
+		t.Fatalf("the drain of %v ended after %v", lasts, back)
+	}
+
+	// A drain ended already, and one that matches no node: nothing moves.
+	g.pg.MustExec(t, `INSERT INTO pgcluster_drains (cluster, node, reason, until) VALUES ('local', 'pg3', 'over', now() - interval '1 second');
+INSERT INTO pgcluster_drains (cluster, node, reason) VALUES ('local', 'pg9', 'no such node'), ('nowhere', NULL, 'no such cluster')`)
+	// A marker change after them: once it shows, they were read.
+	g.pg.MustExec(t, "INSERT INTO pgcluster_aliases VALUES ('marker', 'local')")
+	g.wait(10*time.Second, "the marker", func() error { return namesAnswer(ins, map[string][]string{"marker.": attackNodes}) })
+	if err := namesAnswer(ins, all); err != nil {
+		t.Fatalf("a drain that matches nothing moved an answer: %v", err)
+	}
+
+	// Every node of a topology zone.
+	g.pg.MustExec(t, "UPDATE pgcluster_nodes SET zone = CASE name WHEN 'pg1' THEN 'a' ELSE 'b' END")
+	g.pg.MustExec(t, "INSERT INTO pgcluster_drains (cluster, zone, reason) VALUES ('local', 'B', 'zone b patching')")
+	g.wait(10*time.Second, "zone b drained", func() error {
+		return namesAnswer(ins, map[string][]string{"local.": {"192.0.2.1"}, standbys: nil, "pg3.local.": {"192.0.2.3"}})
+	})
+	g.pg.MustExec(t, "DELETE FROM pgcluster_drains WHERE zone IS NOT NULL")
+	g.wait(10*time.Second, "zone b undrained", func() error { return namesAnswer(ins, all) })
+
+	// The whole cluster: its names have no address, its nodes' do.
+	g.pg.MustExec(t, "INSERT INTO pgcluster_drains (cluster, reason) VALUES ('local', 'site move')")
+	g.wait(10*time.Second, "the cluster drained", func() error {
+		return namesAnswer(ins, map[string][]string{"local.": nil, primary: nil, standbys: nil, "prod.": nil, "pg1.local.": {"192.0.2.1"}})
+	})
+	g.pg.MustExec(t, "TRUNCATE pgcluster_drains")
+	g.wait(10*time.Second, "the drains truncated", func() error { return namesAnswer(ins, all) })
+}
