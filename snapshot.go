@@ -160,8 +160,8 @@ type clusterStat struct {
 	// serving and out count the nodes in and out of the shared names;
 	// drained, those a drain keeps out that would otherwise serve.
 	serving, out, drained int
-	primaries    []string
-	held         string // the node primary. holds, if any
+	primaries             []string
+	held                  string // the node primary. holds, if any
 	// placeServing counts, with topology on, the serving nodes of each
 	// known place: a place that has none left widens its clients' answers.
 	placeServing map[place]int
