@@ -40,6 +40,17 @@ func FuzzBuild(f *testing.F) {
 			nodes = append(nodes, Node{Cluster: cluster, Name: fmt.Sprintf("%.55s%d", name, i), Role: "primary", Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), Port: 5432, Healthy: true})
 		}
 		aliases := []Alias{{a1, t1}, {a2, t2}}
+		// Drains: the low bits of the last byte of addr drain the first
+		// nodes, with a2 (any bytes) as the reason and t2 as who.
+		var drains byte
+		if len(addr) > 0 {
+			drains = addr[len(addr)-1]
+		}
+		for i := range nodes {
+			if i < 3 && drains&(1<<i) != 0 {
+				nodes[i].Drain = Drain{ID: int64(i) + 1, Reason: a2, By: t2, Until: age}
+			}
+		}
 		// Checks: byte i judges node i (state, role, WAL) when present.
 		set := &settings{zones: []string{testZone}, ttl: 5, staleAfter: 10 * time.Second, allDown: allDownOpen}
 		var view health.View
@@ -71,6 +82,35 @@ func FuzzBuild(f *testing.F) {
 			}
 			if o.alias != nil && s.parts[o.alias.target] == nil {
 				t.Fatalf("alias name %q leads nowhere: %v", owner, o.alias.target)
+			}
+		}
+		// A drained node's address is in no shared name unless a node
+		// not drained has it too: only under the own names of the nodes
+		// that have it.
+		for _, n := range nodes {
+			if !n.Drain.drained() {
+				continue
+			}
+			shared := false
+			own := map[string]bool{}
+			for _, o := range nodes {
+				if o.Address.Unmap() == n.Address.Unmap() {
+					shared = shared || !o.Drain.drained()
+					own[strings.ToLower(o.Name)] = true
+				}
+			}
+			if shared {
+				continue
+			}
+			for owner, o := range all {
+				if first, _, _ := strings.Cut(owner, "."); o.e == nil || own[first] {
+					continue
+				}
+				for _, a := range o.e.a {
+					if netip.AddrFrom4(a) == n.Address.Unmap() {
+						t.Fatalf("%s answers drained node %s's address %s", owner, n.Name, n.Address)
+					}
+				}
 			}
 		}
 		p := &PgCluster{Zones: []string{testZone}, ttl: 5, Next: test.ErrorHandler()}
