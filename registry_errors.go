@@ -50,7 +50,7 @@ func diagnose(err error, user string) problem {
 func diagnoseSQL(code, user string) problem {
 	switch code {
 	case "42501":
-		return problem{"denies access to the registry tables (permission denied)", "GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks TO " + user}
+		return problem{"denies access to the registry tables (permission denied)", "GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks, pgcluster_drains TO " + user}
 	case "42P01":
 		return problem{"has no registry tables", "apply schema.sql to the DSN's database"}
 	case "42703":

@@ -193,7 +193,7 @@ func TestDiagnose(t *testing.T) {
 		err        error
 		what, todo string
 	}{
-		{pgErr("42501"), "permission denied", `GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks TO "dns"`},
+		{pgErr("42501"), "permission denied", `GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks, pgcluster_drains TO "dns"`},
 		{pgErr("42P01"), "no registry tables", "apply schema.sql"},
 		{pgErr("42703"), "older than this version", "apply schema.sql, or ALTER TABLE"},
 		{pgErr("28P01"), "refuses the login", "user and password"},

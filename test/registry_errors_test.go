@@ -46,7 +46,7 @@ CREATE ROLE dns LOGIN PASSWORD '`+password+`';`)
 	line := logged(t, buf, "permission denied")
 	for _, want := range []string{
 		"denies access to the registry tables",
-		`GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks TO "dns"`,
+		`GRANT SELECT ON pgcluster_nodes, pgcluster_aliases, pgcluster_networks, pgcluster_drains TO "dns"`,
 		"no snapshot yet: the zone answers SERVFAIL and is not ready until the registry loads",
 		fmt.Sprintf("127.0.0.1:%d/postgres", pg.Port),
 	} {
