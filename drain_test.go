@@ -11,6 +11,8 @@ import (
 	"github.com/coredns/coredns/plugin/pkg/dnstest"
 	"github.com/coredns/coredns/plugin/test"
 	"github.com/miekg/dns"
+
+	"github.com/pgcluster/pgcluster/health"
 )
 
 // drainFleet is the relay rig's follower and reader, and an instance that
@@ -132,4 +134,82 @@ INSERT INTO pgcluster_drains (cluster, node, reason) VALUES ('local', 'pg9', 'no
 	})
 	g.pg.MustExec(t, "TRUNCATE pgcluster_drains")
 	g.wait(10*time.Second, "the drains truncated", func() error { return namesAnswer(ins, all) })
+}
+
+// drainedPlugin serves testNodes with the nodes named drained, the check's
+// verdicts view and the settings opts make.
+func drainedPlugin(view health.View, drained []string, opts ...func(*settings)) *PgCluster {
+	set := &settings{zones: []string{testZone}, ttl: 5, check: checkPostgres, allDown: allDownOpen}
+	for _, o := range opts {
+		o(set)
+	}
+	nodes := testNodes()
+	for i, n := range nodes {
+		if slices.Contains(drained, n.Name) {
+			nodes[i].Drain = Drain{ID: int64(i + 1), Reason: "maintenance", By: "ops"}
+		}
+	}
+	return newTestPlugin(buildInput{settings: set, nodes: nodes, aliases: []Alias{{"prod", "local"}}, view: view})
+}
+
+// What a drain takes out of each name: a drained standby leaves the
+// cluster's name, standby., sync., SRV and the alias, and stays under its
+// own name; a drained primary leaves primary. without an address (TXT
+// state=none, drained=) and is never answered by fail-open; a drained
+// primary beside another primary is still a split brain; a cluster drained
+// whole answers NODATA, its nodes their addresses.
+func TestDrainNames(t *testing.T) {
+	healthy := health.View{"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync}),
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+	p := drainedPlugin(healthy, []string{"pg2"})
+	for name, want := range map[string]string{
+		"local.": "192.0.2.1", "standby.local.": "", "sync.local.": "", "prod.": "192.0.2.1",
+		"primary.local.": "192.0.2.1", "pg2.local.": "192.0.2.2", "prefer-standby.local.": "",
+	} {
+		if got := addrs(t, p, name); got != want {
+			t.Errorf("pg2 drained: %s answers %q, want %q", name, got, want)
+		}
+	}
+	if srv := query(t, p, "_postgresql._tcp.standby.local."+testZone, dns.TypeSRV); len(srv.Answer) != 1 {
+		t.Errorf("pg2 drained: SRV of standby. %v, want pg3's alone", srv.Answer)
+	}
+	if txt := query(t, p, "pg2.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, `"drained=maintenance (until undrained, by ops, drain 2)"`) {
+		t.Errorf("pg2's TXT: %s", txt)
+	}
+
+	p = drainedPlugin(healthy, []string{"pg1"})
+	if got := addrs(t, p, "primary.local."); got != "" {
+		t.Errorf("pg1 drained: primary. answers %q", got)
+	}
+	if txt := query(t, p, "primary.local."+testZone, dns.TypeTXT).Answer[0].String(); !strings.Contains(txt, `"state=none" "drained=pg1"`) {
+		t.Errorf("pg1 drained: primary.'s TXT %s", txt)
+	}
+	if got := addrs(t, p, "prefer-standby.local."); got != "192.0.2.2" {
+		t.Errorf("pg1 drained: prefer-standby. answers %q, want pg2 (pg3 is IPv6)", got)
+	}
+
+	// Every node failing its check: fail-open answers the ones not drained.
+	failing := health.View{"local/pg1": down("refused"), "local/pg2": down("refused"), "local/pg3": down("refused")}
+	p = drainedPlugin(failing, []string{"pg1", "pg2"})
+	if got := addrs(t, p, "primary.local."); got != "" {
+		t.Errorf("all down, pg1 drained: primary. answers %q by fail-open", got)
+	}
+	if got := addrs(t, p, "local."); got != "" {
+		t.Errorf("all down, pg1 and pg2 drained: local. answers %q by fail-open (pg3 is IPv6)", got)
+	}
+
+	split := health.View{"local/pg1": up("primary", 1000), "local/pg2": up("primary", 900), "local/pg3": up("standby", 900)}
+	if got := addrs(t, drainedPlugin(split, []string{"pg2"}), "primary.local."); got != "" {
+		t.Errorf("two primaries, one drained: primary. answers %q, want none (a split brain)", got)
+	}
+
+	p = drainedPlugin(healthy, []string{"pg1", "pg2", "pg3", "pg4"})
+	for name, want := range map[string]string{"local.": "", "primary.local.": "", "prod.": "", "pg1.local.": "192.0.2.1"} {
+		if got := addrs(t, p, name); got != want {
+			t.Errorf("the cluster drained: %s answers %q, want %q", name, got, want)
+		}
+	}
+	if r := query(t, p, "local."+testZone, dns.TypeA); r.Rcode != dns.RcodeSuccess {
+		t.Errorf("the cluster drained: %s, want NODATA", dns.RcodeToString[r.Rcode])
+	}
 }

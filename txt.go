@@ -95,6 +95,10 @@ func primaryTXT(primaries, answered []*member, held, failOpen bool) []string {
 	switch {
 	case len(primaries) > 1:
 		return []string{"state=" + primarySplit, fmt.Sprintf("primaries=%d", len(primaries))}
+	case len(answered) == 0 && len(primaries) == 1 && primaries[0].Drain.drained():
+		// The one primary is drained (pgclusterctl drain -force): no
+		// address, as with none, and which one and why.
+		return []string{"state=" + primaryNone, "drained=" + primaries[0].Name}
 	case len(answered) == 0:
 		return []string{"state=" + primaryNone}
 	case held:
