@@ -77,7 +77,17 @@ LEFT JOIN LATERAL (
   LIMIT 1) d ON true`
 	noDrainColumns = `NULL::bigint AS drain_id, NULL::text AS drain_reason, NULL::text AS drain_by,
   NULL::timestamptz AS drain_until, NULL::float8 AS drain_left`
-	aliasesQuery  = `SELECT alias, target FROM pgcluster_aliases`
+	// aliasesQuery reads each alias with its fail-over settings and where
+	// it points now (aliasesQueryPlain: a registry made before fail-over,
+	// or a role that may not read pgcluster_alias_state).
+	aliasesQuery = `SELECT a.alias, a.target, array_to_string(a.fallback, ',') AS fallback, a.failover_when,
+  extract(epoch FROM a.failover_after)::float8 AS failover_after, a.failback,
+  coalesce(s.target, '') AS moved, coalesce(s.reason, '') AS why,
+  coalesce((extract(epoch FROM s.moved_at) * 1000000)::bigint, 0) AS moved_at
+FROM pgcluster_aliases a LEFT JOIN pgcluster_alias_state s ON s.alias = a.alias`
+	aliasesQueryPlain = `SELECT a.alias, a.target, '' AS fallback, '' AS failover_when, 0::float8 AS failover_after,
+  '' AS failback, '' AS moved, '' AS why, 0::bigint AS moved_at
+FROM pgcluster_aliases a`
 	networksQuery = `SELECT network, coalesce(region, '') AS region, coalesce(zone, '') AS zone FROM pgcluster_networks`
 )
 
@@ -371,8 +381,15 @@ type nodeRow struct {
 }
 
 type aliasRow struct {
-	Alias  string `db:"alias"`
-	Target string `db:"target"`
+	Alias    string  `db:"alias"`
+	Target   string  `db:"target"`
+	Fallback string  `db:"fallback"`
+	When     string  `db:"failover_when"`
+	After    float64 `db:"failover_after"` // seconds
+	Failback string  `db:"failback"`
+	Moved    string  `db:"moved"`
+	Why      string  `db:"why"`
+	MovedAt  int64   `db:"moved_at"` // Unix µs
 }
 
 type networkRow struct {
@@ -529,7 +546,8 @@ func nodeList(rows []nodeRow) []Node {
 func aliasList(rows []aliasRow) []Alias {
 	as := make([]Alias, len(rows))
 	for i, a := range rows {
-		as[i] = Alias{Alias: a.Alias, Target: a.Target}
+		as[i] = Alias{Alias: a.Alias, Target: a.Target, Fallback: a.Fallback, When: a.When,
+			After: heartbeatAge(a.After), Failback: a.Failback, Moved: a.Moved, Why: a.Why, MovedAt: a.MovedAt}
 	}
 	return as
 }
@@ -619,11 +637,15 @@ func readRegistry(ctx context.Context, conn *pgx.Conn, ch *changes, sh registryS
 	case len(clusters) > 0:
 		b.Queue(nq+" WHERE cluster = ANY($1)", slices.Collect(maps.Keys(clusters))).Query(collect(&nodes, "pgcluster_nodes"))
 	}
+	aq := aliasesQuery
+	if !sh.failover {
+		aq = aliasesQueryPlain
+	}
 	switch {
 	case all:
-		b.Queue(aliasesQuery).Query(collect(&as, "pgcluster_aliases"))
+		b.Queue(aq).Query(collect(&as, "pgcluster_aliases"))
 	case len(aliases) > 0:
-		b.Queue(aliasesQuery+" WHERE alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
+		b.Queue(aq+" WHERE a.alias = ANY($1)", slices.Collect(maps.Keys(aliases))).Query(collect(&as, "pgcluster_aliases"))
 	}
 	var nets []networkRow
 	if sh.networks && (all || ch.networks) {

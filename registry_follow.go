@@ -103,10 +103,13 @@ type registryShape struct {
 	places   bool // pgcluster_nodes has region and zone
 	networks bool // pgcluster_networks exists, and may be read
 	drains   bool // pgcluster_drains exists, and may be read
+	// failover: pgcluster_aliases has the fail-over columns and
+	// pgcluster_alias_state exists, both readable.
+	failover bool
 }
 
 // fullShape is a registry that has everything this version reads.
-var fullShape = registryShape{places: true, networks: true, drains: true}
+var fullShape = registryShape{places: true, networks: true, drains: true, failover: true}
 
 // shapeQuery finds the registryShape; it cannot fail on a registry that
 // lacks them.
@@ -116,12 +119,14 @@ const shapeQuery = `SELECT
   AND coalesce(has_column_privilege(to_regclass('pgcluster_nodes'), 'region', 'SELECT')
     AND has_column_privilege(to_regclass('pgcluster_nodes'), 'zone', 'SELECT'), false),
   coalesce(has_table_privilege(to_regclass('pgcluster_networks'), 'SELECT'), false),
-  coalesce(has_table_privilege(to_regclass('pgcluster_drains'), 'SELECT'), false)`
+  coalesce(has_table_privilege(to_regclass('pgcluster_drains'), 'SELECT'), false),
+  EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass('pgcluster_aliases') AND attname = 'failback' AND NOT attisdropped)
+  AND coalesce(has_table_privilege(to_regclass('pgcluster_alias_state'), 'SELECT'), false)`
 
 // readShape reads the registry's shape.
 func readShape(ctx context.Context, conn *pgx.Conn) (registryShape, error) {
 	var sh registryShape
-	err := conn.QueryRow(ctx, shapeQuery).Scan(&sh.places, &sh.networks, &sh.drains)
+	err := conn.QueryRow(ctx, shapeQuery).Scan(&sh.places, &sh.networks, &sh.drains, &sh.failover)
 	return sh, err
 }
 
@@ -132,6 +137,8 @@ func shapeWarning(sh registryShape, user string) string {
 		return "Registry has no region and zone columns in pgcluster_nodes that this role may read: nodes are served without a place (topology prefer and local order nothing); apply this version's schema.sql"
 	case !sh.networks:
 		return "Registry has no pgcluster_networks table that this role may read: no client is placed (topology prefer and local answer as off); apply this version's schema.sql and GRANT SELECT ON pgcluster_networks TO " + user
+	case !sh.failover:
+		return "Registry has no pgcluster_alias_state table, or fail-over columns in pgcluster_aliases, that this role may read: no alias fails over; apply this version's schema.sql and GRANT SELECT, INSERT, UPDATE ON pgcluster_alias_state TO " + user
 	case !sh.drains:
 		return "Registry has no pgcluster_drains table that this role may read: no node is drained (pgclusterctl drain has no effect); apply this version's schema.sql and GRANT SELECT ON pgcluster_drains TO " + user
 	}

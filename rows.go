@@ -56,10 +56,74 @@ type Drain struct {
 // drained reports whether the node is drained.
 func (d Drain) drained() bool { return d.ID != 0 }
 
-// Alias is one row of pgcluster_aliases.
+// Alias is one row of pgcluster_aliases, with where it points now when
+// it failed over (pgcluster_alias_state).
 type Alias struct {
 	Alias  string
 	Target string
+	// Fallback lists, in order and separated by commas (labels have
+	// none), the targets the alias may fail over to; "" when none.
+	Fallback string
+	// When is what makes a target not serve: failNoPrimary or
+	// failNoNodes; After, for how long before the alias moves; Failback,
+	// failbackManual or failbackAuto. Zero values are the defaults
+	// (registries and copies made before fail-over).
+	When     string
+	After    time.Duration
+	Failback string
+	// Moved is the target the alias failed over to ("" when it points at
+	// Target), Why what its row says of the move, and MovedAt when it
+	// was made, Unix µs by PostgreSQL's clock.
+	Moved   string
+	Why     string
+	MovedAt int64
+}
+
+// Fail-over settings of an alias (pgcluster_aliases).
+const (
+	failNoPrimary  = "no_primary"
+	failNoNodes    = "no_nodes"
+	failbackManual = "manual"
+	failbackAuto   = "auto"
+	// defaultFailoverAfter is failover_after's default.
+	defaultFailoverAfter = 30 * time.Second
+)
+
+// fallbacks is the alias's fail-over list, in order.
+func (a Alias) fallbacks() []string {
+	if a.Fallback == "" {
+		return nil
+	}
+	return strings.Split(a.Fallback, ",")
+}
+
+// targets is every target the alias may point at, in order: its target,
+// then its fallbacks.
+func (a Alias) targets() []string { return append([]string{a.Target}, a.fallbacks()...) }
+
+// effective is the target the alias points at: the one it moved to, when
+// that is still one of its targets past the first, else its target.
+func (a Alias) effective() string {
+	if a.Moved != "" && !strings.EqualFold(a.Moved, a.Target) && slices.ContainsFunc(a.fallbacks(), func(f string) bool { return strings.EqualFold(f, a.Moved) }) {
+		return a.Moved
+	}
+	return a.Target
+}
+
+// when and after are the alias's fail-over criterion and delay, defaults
+// filled in.
+func (a Alias) when() string {
+	if a.When == "" {
+		return failNoPrimary
+	}
+	return a.When
+}
+
+func (a Alias) after() time.Duration {
+	if a.When == "" && a.After == 0 {
+		return defaultFailoverAfter
+	}
+	return a.After
 }
 
 // Network is one row of pgcluster_networks: clients in Network are in

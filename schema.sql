@@ -62,6 +62,42 @@ CREATE TABLE IF NOT EXISTS pgcluster_aliases (
   target text NOT NULL      -- a cluster or another alias
 );
 
+-- An alias may fail over: while its target does not serve (failover_when:
+-- no_primary, no serving primary; no_nodes, no serving node at all) for
+-- failover_after, it moves to the first of fallback that serves, forward
+-- only, and stays there until an operator fails it back (pgclusterctl
+-- failback, which deletes its pgcluster_alias_state row) or, with
+-- failback 'auto', until its target serves again for failover_after.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'pgcluster_aliases'::regclass
+                 AND attname = 'fallback' AND NOT attisdropped) THEN
+    ALTER TABLE pgcluster_aliases
+      ADD COLUMN fallback       text[]   NOT NULL DEFAULT '{}',
+      ADD COLUMN failover_when  text     NOT NULL DEFAULT 'no_primary'
+        CONSTRAINT pgcluster_aliases_failover_when CHECK (failover_when IN ('no_primary', 'no_nodes')),
+      ADD COLUMN failover_after interval NOT NULL DEFAULT '30 seconds'
+        CONSTRAINT pgcluster_aliases_failover_after CHECK (failover_after >= '0'),
+      ADD COLUMN failback       text     NOT NULL DEFAULT 'manual'
+        CONSTRAINT pgcluster_aliases_failback CHECK (failback IN ('manual', 'auto'));
+  END IF;
+END
+$$;
+
+-- Where an alias that failed over points now, and why: written only by
+-- the fleet's registry follower (a role granted INSERT, UPDATE and SELECT
+-- on this one table), each write fenced by its relay term so that a
+-- follower whose term has passed cannot undo a newer one's move. No row:
+-- the alias points at its target.
+CREATE TABLE IF NOT EXISTS pgcluster_alias_state (
+  alias    text        PRIMARY KEY,
+  target   text        NOT NULL,
+  reason   text        NOT NULL,
+  moved_at timestamptz NOT NULL DEFAULT now(),
+  moved_by text        NOT NULL DEFAULT '',
+  term     bigint      NOT NULL DEFAULT 0
+);
+
 -- Client networks and where their clients are (topology prefer|local): of
 -- networks that overlap, the longest prefix holding a client places it.
 CREATE TABLE IF NOT EXISTS pgcluster_networks (
@@ -149,9 +185,11 @@ BEGIN
     SELECT array_agg(DISTINCT alias) INTO changed FROM old_rows;
   ELSE
     SELECT array_agg(DISTINCT alias) INTO changed FROM (
-      (SELECT alias, target FROM new_rows EXCEPT ALL SELECT alias, target FROM old_rows)
+      (SELECT alias, target, fallback, failover_when, failover_after, failback FROM new_rows
+       EXCEPT ALL SELECT alias, target, fallback, failover_when, failover_after, failback FROM old_rows)
       UNION ALL
-      (SELECT alias, target FROM old_rows EXCEPT ALL SELECT alias, target FROM new_rows)) d;
+      (SELECT alias, target, fallback, failover_when, failover_after, failback FROM old_rows
+       EXCEPT ALL SELECT alias, target, fallback, failover_when, failover_after, failback FROM new_rows)) d;
   END IF;
   IF changed IS NULL THEN
     RETURN NULL;
@@ -227,6 +265,34 @@ BEGIN
 END;
 $$;
 
+-- A move of an alias (or its fail-back) changes where the alias points:
+-- 'aliases:<alias>' for each.
+CREATE OR REPLACE FUNCTION pgcluster_notify_alias_state() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  changed text[];
+BEGIN
+  IF TG_OP = 'TRUNCATE' THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_aliases');
+    RETURN NULL;
+  ELSIF TG_OP = 'INSERT' THEN
+    SELECT array_agg(DISTINCT alias) INTO changed FROM new_rows;
+  ELSIF TG_OP = 'DELETE' THEN
+    SELECT array_agg(DISTINCT alias) INTO changed FROM old_rows;
+  ELSE
+    SELECT array_agg(DISTINCT alias) INTO changed FROM (SELECT alias FROM new_rows UNION SELECT alias FROM old_rows) d;
+  END IF;
+  IF changed IS NULL THEN
+    RETURN NULL;
+  ELSIF cardinality(changed) > 100 THEN
+    PERFORM pg_notify('pgcluster_changed', 'pgcluster_aliases');
+  ELSE
+    PERFORM pg_notify('pgcluster_changed', 'aliases:' || a) FROM unnest(changed) a;
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
 -- The triggers of earlier versions (one per table, whole-table payloads).
 DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
 DROP TRIGGER IF EXISTS pgcluster_aliases_changed ON pgcluster_aliases;
@@ -296,3 +362,19 @@ CREATE TRIGGER pgcluster_drains_deleted AFTER DELETE ON pgcluster_drains
 DROP TRIGGER IF EXISTS pgcluster_drains_truncated ON pgcluster_drains;
 CREATE TRIGGER pgcluster_drains_truncated AFTER TRUNCATE ON pgcluster_drains
   FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
+
+DROP TRIGGER IF EXISTS pgcluster_alias_state_inserted ON pgcluster_alias_state;
+CREATE TRIGGER pgcluster_alias_state_inserted AFTER INSERT ON pgcluster_alias_state
+  REFERENCING NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
+DROP TRIGGER IF EXISTS pgcluster_alias_state_updated ON pgcluster_alias_state;
+CREATE TRIGGER pgcluster_alias_state_updated AFTER UPDATE ON pgcluster_alias_state
+  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
+DROP TRIGGER IF EXISTS pgcluster_alias_state_deleted ON pgcluster_alias_state;
+CREATE TRIGGER pgcluster_alias_state_deleted AFTER DELETE ON pgcluster_alias_state
+  REFERENCING OLD TABLE AS old_rows
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
+DROP TRIGGER IF EXISTS pgcluster_alias_state_truncated ON pgcluster_alias_state;
+CREATE TRIGGER pgcluster_alias_state_truncated AFTER TRUNCATE ON pgcluster_alias_state
+  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
