@@ -140,7 +140,7 @@ type nodeReport struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func newFleetReport(f *lock.Fleet, o statusOptions) *fleetReport {
+func newFleetReport(f *lock.Fleet, o fleetOptions) *fleetReport {
 	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}, Refused: f.Refused}
 	for _, m := range f.Members {
 		fr.Members = append(fr.Members, m.Token)
