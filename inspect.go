@@ -27,26 +27,9 @@ import (
 // measured by PostgreSQL's clock. Its errors say what is wrong and what to
 // do, as the instances' log lines do, and never contain the password.
 func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, []Network, error) {
-	if why := badDSN(dsn); why != "" {
-		return nil, nil, nil, fmt.Errorf("the DSN cannot be used: %s", why)
-	}
-	cfg, err := pgx.ParseConfig(dsn)
+	conn, err := ConnectRegistry(ctx, dsn)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("the DSN cannot be used: %s", errText(err, dsn))
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = connectTimeout
-	}
-	if cfg.RuntimeParams["application_name"] == "" {
-		cfg.RuntimeParams["application_name"] = "pgclusterctl"
-	}
-	fail := func(err error) error {
-		p := diagnose(err, dsnUser(dsn))
-		return fmt.Errorf("registry %s %s. To fix: %s. Error: %s", redact(dsn), p.what, p.todo, errText(err, dsn))
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, nil, nil, fail(err)
+		return nil, nil, nil, err
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
@@ -57,13 +40,68 @@ func ReadRegistry(ctx context.Context, dsn string) ([]Node, []Alias, []Network, 
 	defer cancel()
 	sh, err := readShape(ctx, conn)
 	if err != nil {
-		return nil, nil, nil, fail(err)
+		return nil, nil, nil, registryFailed(dsn, err)
 	}
 	nodes, aliases, nets, err := readRegistry(ctx, conn, nil, sh)
 	if err != nil {
-		return nil, nil, nil, fail(err)
+		return nil, nil, nil, registryFailed(dsn, err)
 	}
 	return nodeList(nodes), aliasList(aliases), networkList(nets), nil
+}
+
+// ConnectRegistry connects to the registry at dsn as ReadRegistry does, for
+// a tool that reads and writes in a transaction of its own. Its errors say
+// what is wrong and what to do, and never contain the password.
+func ConnectRegistry(ctx context.Context, dsn string) (*pgx.Conn, error) {
+	if why := badDSN(dsn); why != "" {
+		return nil, fmt.Errorf("the DSN cannot be used: %s", why)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("the DSN cannot be used: %s", errText(err, dsn))
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = connectTimeout
+	}
+	if cfg.RuntimeParams["application_name"] == "" {
+		cfg.RuntimeParams["application_name"] = "pgclusterctl"
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, registryFailed(dsn, err)
+	}
+	return conn, nil
+}
+
+// ReadNodes reads every row of pgcluster_nodes in tx as ReadRegistry reads
+// them (each heartbeat's age by PostgreSQL's clock), for a tool that
+// decides on them and writes in the same transaction. Its errors are
+// PostgreSQL's.
+func ReadNodes(ctx context.Context, tx pgx.Tx) ([]Node, error) {
+	sh, err := readShape(ctx, tx.Conn()) // on tx's connection: inside tx
+	if err != nil {
+		return nil, err
+	}
+	q := nodesQuery
+	if !sh.places {
+		q = nodesQueryUnplaced
+	}
+	rows, err := tx.Query(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := pgx.CollectRows(rows, pgx.RowToStructByName[nodeRow])
+	if err != nil {
+		return nil, fmt.Errorf("read pgcluster_nodes: %w", err)
+	}
+	return nodeList(nodes), nil
+}
+
+// registryFailed is a failed registry session as ReadRegistry reports it:
+// what is wrong and what to do, without the DSN's password.
+func registryFailed(dsn string, err error) error {
+	p := diagnose(err, dsnUser(dsn))
+	return fmt.Errorf("registry %s %s. To fix: %s. Error: %s", redact(dsn), p.what, p.todo, errText(err, dsn))
 }
 
 // RegistryName is the registry a DSN names, as the instances' log lines

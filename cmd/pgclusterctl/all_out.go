@@ -17,7 +17,7 @@ type allOut struct {
 // allOutFor returns why every node of r is out, when no node serves or is
 // of unknown state and every one is out for the same reason; nil
 // otherwise. o are the options r was judged with.
-func allOutFor(r *report, o statusOptions) *allOut {
+func allOutFor(r *report, o fleetOptions) *allOut {
 	reason := ""
 	for _, c := range r.Clusters {
 		for _, n := range c.Nodes {
@@ -34,7 +34,7 @@ func allOutFor(r *report, o statusOptions) *allOut {
 }
 
 // allOutHint says what it means that every node is out for reason.
-func allOutHint(reason string, o statusOptions) string {
+func allOutHint(reason string, o fleetOptions) string {
 	switch reason {
 	case "loopback":
 		return "their addresses are loopback addresses, which the fleet answers only with allow_loopback; if its Corefile has allow_loopback (the demo's does), use -allow-loopback"

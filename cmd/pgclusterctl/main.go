@@ -1,9 +1,15 @@
 // Command pgclusterctl shows a pgcluster fleet as an operator needs it:
-// every node of the registry, in or out, and why.
+// every node of the registry, in or out, and why; and drains nodes for
+// maintenance.
 //
 //	pgclusterctl status -postgres DSN [-redis URL] [-prefix P] [-zone Z]
 //	                    [-stale-after D] [-allow-loopback] [-max-lag BYTES]
 //	                    [-watch [-interval D]] [-json]
+//	pgclusterctl drain -postgres DSN -cluster C [-node N | -topology-zone Z]
+//	                   -reason TEXT [-for D] [-force] [-redis URL] [-json]
+//	pgclusterctl undrain -postgres DSN ID
+//	pgclusterctl undrain -postgres DSN -cluster C -node N
+//	pgclusterctl drains -postgres DSN [-all] [-json]
 //
 // status reads the registry (pgcluster_nodes) and, with -redis, what the
 // fleet shares in Redis: each node's lease holder and the verdict of the
@@ -21,6 +27,19 @@
 // the registry or Redis cannot be read; so status can gate a deployment
 // script. With -watch it redraws every -interval until interrupted, and
 // exits with the status of the last report.
+//
+// drain adds a row to pgcluster_drains: a node, a whole cluster, or the
+// cluster's nodes in one topology zone leave every shared name of the
+// cluster (a drained node keeps its own name), until -for passes on
+// PostgreSQL's clock or the drain is deleted. Its guards, judged with
+// status's judgement and the cluster's other active drains in the
+// transaction that inserts it, under a lock per cluster, refuse (exit 1) to
+// drain a primary, or the last serving nodes of the cluster's name or of
+// standby., unless -force. A drain that matches no node now is made, with
+// a warning. undrain deletes a drain by ID, or every drain of a node (exit 1
+// when none matched); drains lists the active ones (-all: the ended ones
+// too) with the nodes each matches now. Each exits 2 on a usage error or
+// when the registry cannot be used.
 package main
 
 import (
@@ -34,8 +53,8 @@ import (
 
 // Exit statuses.
 const (
-	exitOK     = 0 // every cluster has exactly one serving primary
-	exitNotOK  = 1 // a cluster has none, or two
+	exitOK     = 0 // status: every cluster has exactly one serving primary; the others: done
+	exitNotOK  = 1 // status: a cluster has none, or two; drain: refused; undrain: no drain matched
 	exitFailed = 2 // usage error, or the registry or Redis could not be read
 )
 
@@ -47,14 +66,25 @@ func main() {
 }
 
 const usage = `usage: pgclusterctl status -postgres DSN [-redis URL] [flags]
+       pgclusterctl drain -postgres DSN -cluster C [-node N | -topology-zone Z] -reason TEXT [flags]
+       pgclusterctl undrain -postgres DSN (ID | -cluster C -node N)
+       pgclusterctl drains -postgres DSN [-all] [-json]
 
 Commands:
   status   every node of the registry, in or out and why, with the fleet's
            checks and leases from Redis (pgclusterctl status -h for flags)
+  drain    take a node, a cluster or a topology zone's nodes out of the
+           cluster's shared names, with a reason, until -for passes or
+           undrain; refused for a primary or the last serving nodes of a
+           name unless -force (pgclusterctl drain -h)
+  undrain  delete a drain by its ID, or the drains of one node
+  drains   the active drains (-all: ended ones too), with the nodes each
+           matches now
 
-Exit status: 0 when every cluster has exactly one serving primary, 1 when
-one has none or two, 2 on a usage error or when the registry or Redis
-cannot be read.
+Exit status: status: 0 when every cluster has exactly one serving primary,
+1 when one has none or two. drain, undrain, drains: 0 when done, 1 when a
+guard refused the drain or no drain matched undrain. All: 2 on a usage
+error or when the registry or Redis cannot be read.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -65,6 +95,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "status":
 		return runStatus(ctx, args[1:], stdout, stderr)
+	case "drain":
+		return runDrain(ctx, args[1:], stdout, stderr)
+	case "undrain":
+		return runUndrain(ctx, args[1:], stdout, stderr)
+	case "drains":
+		return runDrains(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

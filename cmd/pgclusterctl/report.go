@@ -98,6 +98,9 @@ type nodeReport struct {
 	// case; CheckRole the role the check read (with check postgres).
 	RegistryRole string `json:"registry_role"`
 	CheckRole    string `json:"check_role,omitempty"`
+	// role is the role answered: the check's while it is up, else the
+	// registry's (drain's guards count by it).
+	role string
 	// Registry is the registry's verdict alone: in or out, and why.
 	Registry       string `json:"registry"`
 	RegistryReason string `json:"registry_reason"`
@@ -140,7 +143,7 @@ type nodeReport struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func newFleetReport(f *lock.Fleet, o statusOptions) *fleetReport {
+func newFleetReport(f *lock.Fleet, o fleetOptions) *fleetReport {
 	fr := &fleetReport{Redis: o.redisShown, Prefix: o.prefix, Members: []string{}, Refused: f.Refused}
 	for _, m := range f.Members {
 		fr.Members = append(fr.Members, m.Token)
@@ -188,7 +191,7 @@ func newClusterReport(c pgcluster.ClusterJudgement, f *lock.Fleet) clusterReport
 }
 
 func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
-	nr := nodeReport{Name: j.Name, Address: addrText(j.Node), Region: j.Region, Zone: j.Zone, RegistryRole: j.RegistryRole, Registry: "out"}
+	nr := nodeReport{Name: j.Name, Address: addrText(j.Node), Region: j.Region, Zone: j.Zone, RegistryRole: j.RegistryRole, role: j.Role, Registry: "out"}
 	if j.RegistryServing {
 		nr.Registry = "in"
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -20,7 +19,7 @@ import (
 	"github.com/pgcluster/pgcluster/lock"
 )
 
-// Defaults and bounds of status's flags.
+// Defaults and bounds of the flags.
 const (
 	defaultZone     = "pgcluster.lan."
 	defaultInterval = 2 * time.Second
@@ -39,35 +38,17 @@ const (
 
 // statusOptions are status's command line.
 type statusOptions struct {
-	postgres string
-	redis    string
-	prefix   string
-	secret   []byte
-	// checkInterval and checkTimeout are the fleet's interval and
-	// timeout: what it reads from Redis is vetted by the bounds an
-	// instance makes of them.
-	checkInterval, checkTimeout time.Duration
-	judge                       pgcluster.JudgeOptions
-	watch                       bool
-	interval                    time.Duration
-	json                        bool
-	registry                    string // the registry as shown: host:port/database
-	redisShown                  string // the Redis URL as shown: scheme and hosts
+	fleetOptions
+	watch    bool
+	interval time.Duration
+	json     bool
 }
 
 func parseStatus(args []string, stderr io.Writer) (statusOptions, error) {
-	o := statusOptions{judge: pgcluster.JudgeOptions{Zone: defaultZone}}
+	var o statusOptions
 	fs := flag.NewFlagSet("pgclusterctl status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.postgres, "postgres", "", "the registry `DSN`, as the fleet's postgres option (required)")
-	fs.StringVar(&o.redis, "redis", "", "the fleet's redis `URL`, as its redis option: adds each node's lease holder and check verdict (the fleet's redis_secret, if any, from $"+secretEnv+")")
-	fs.StringVar(&o.prefix, "prefix", "", "the fleet's redis_prefix (default: pgcluster:<zone>:, as the fleet's default)")
-	fs.DurationVar(&o.checkInterval, "check-interval", defaultCheckInterval, "the fleet's interval: with -redis, statuses, leases and members are vetted by the bounds it makes, as the instances vet them")
-	fs.DurationVar(&o.checkTimeout, "check-timeout", defaultCheckTimeout, "the fleet's timeout, as -check-interval")
-	fs.StringVar(&o.judge.Zone, "zone", defaultZone, "the first zone of the fleet's pgcluster block")
-	fs.DurationVar(&o.judge.StaleAfter, "stale-after", 0, "the fleet's stale_after (default off)")
-	fs.BoolVar(&o.judge.AllowLoopback, "allow-loopback", false, "the fleet has allow_loopback")
-	maxLag := fs.String("max-lag", "", "the fleet's max_lag, in bytes or with kB, MB, GB, TB, or a duration (default off)")
+	o.flags(fs, "adds each node's lease holder and check verdict")
 	fs.BoolVar(&o.watch, "watch", false, "redraw every -interval until interrupted")
 	fs.DurationVar(&o.interval, "interval", defaultInterval, fmt.Sprintf("with -watch, time between two reports (at least %s)", minInterval))
 	fs.BoolVar(&o.json, "json", false, "print JSON (with -watch, one object per line)")
@@ -86,57 +67,16 @@ serving primary, 1 when one has none or two, 2 on an error.
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	switch {
-	case fs.NArg() > 0:
+	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q: status takes flags only", fs.Arg(0))
-	case o.postgres == "":
-		return o, errors.New("-postgres DSN is required: the registry to read")
-	case o.interval < minInterval:
+	}
+	if err := o.finish(); err != nil {
+		return o, err
+	}
+	if o.interval < minInterval {
 		return o, fmt.Errorf("-interval %v is below %v", o.interval, minInterval)
-	case o.judge.StaleAfter < 0:
-		return o, fmt.Errorf("-stale-after %v is negative", o.judge.StaleAfter)
-	case o.prefix != "" && o.redis == "":
-		return o, errors.New("-prefix needs -redis: it names the fleet's keys in Redis")
-	case o.checkInterval <= 0 || o.checkTimeout <= 0:
-		return o, fmt.Errorf("-check-interval %v and -check-timeout %v must be positive: give the fleet's interval and timeout", o.checkInterval, o.checkTimeout)
 	}
-	if d, err := time.ParseDuration(*maxLag); *maxLag != "" && err == nil && d > 0 {
-		o.judge.MaxLagTime = d
-	} else if *maxLag != "" {
-		n, err := pgcluster.ParseBytes(*maxLag)
-		if err != nil {
-			return o, fmt.Errorf("-max-lag: %v (or a duration, as 5s)", err)
-		}
-		o.judge.MaxLag = n
-	}
-	if o.redis != "" {
-		// The check's type only names it in texts this command does not
-		// print: the fleet's verdicts come as they are.
-		o.judge.Check = "postgres"
-		if o.prefix == "" {
-			o.prefix = pgcluster.DefaultRedisPrefix(o.judge.Zone)
-		}
-		o.redisShown = showURL(o.redis)
-		o.secret = []byte(os.Getenv(secretEnv))
-	}
-	o.registry = pgcluster.RegistryName(o.postgres)
 	return o, nil
-}
-
-// lockConfig is the fleet's coordination as its instances configure it:
-// what status reads from Redis is vetted as they vet it.
-func (o statusOptions) lockConfig() lock.Config {
-	return lock.Config{Prefix: o.prefix, Secret: o.secret, Interval: o.checkInterval, Timeout: o.checkTimeout}
-}
-
-// showURL is a Redis URL without its user, password or query: its scheme
-// and hosts.
-func showURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(the -redis URL)"
-	}
-	return u.Scheme + "://" + u.Host
 }
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -148,15 +88,13 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "pgclusterctl status:", err)
 		return exitFailed
 	}
-	var rdb redis.UniversalClient
-	var dials *rediserr.Dials // what a read that timed out met
-	if o.redis != "" {
-		if rdb, err = pgcluster.NewRedisClient(o.redis); err != nil {
-			fmt.Fprintln(stderr, "pgclusterctl status: -redis:", err)
-			return exitFailed
-		}
+	rdb, dials, err := o.redisClient() // dials: what a read that timed out met
+	if err != nil {
+		fmt.Fprintln(stderr, "pgclusterctl status:", err)
+		return exitFailed
+	}
+	if rdb != nil {
 		defer rdb.Close()
-		dials = rediserr.Watch(rdb)
 	}
 	if !o.watch {
 		r, err := gather(ctx, o, rdb, dials)
@@ -221,10 +159,20 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dia
 	if err != nil {
 		return nil, fmt.Errorf("-postgres: %w", err)
 	}
-	r := &report{Time: time.Now().UTC(), Registry: o.registry, Zone: o.judge.Zone, Checks: rdb != nil}
+	r, err := assess(ctx, o.fleetOptions, nodes, rdb, dials)
+	if err != nil {
+		return nil, err
+	}
 	for _, n := range networks {
 		r.Networks = append(r.Networks, networkReport{Network: n.Network.String(), Region: n.Region, Zone: n.Zone})
 	}
+	return r, nil
+}
+
+// assess judges every node of nodes as the fleet does: by the registry
+// and, with rdb, by the fleet's check verdicts read from Redis.
+func assess(ctx context.Context, o fleetOptions, nodes []pgcluster.Node, rdb redis.UniversalClient, dials *rediserr.Dials) (*report, error) {
+	r := &report{Time: time.Now().UTC(), Registry: o.registry, Zone: o.judge.Zone, Checks: rdb != nil}
 	var fleet *lock.Fleet
 	view := health.View{}
 	if rdb != nil {
@@ -232,6 +180,7 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dia
 		for _, n := range nodes {
 			keys = append(keys, strings.ToLower(n.Cluster+"/"+n.Name))
 		}
+		var err error
 		fleet, err = lock.ReadFleet(ctx, rdb, o.lockConfig(), keys)
 		if err != nil {
 			return nil, fmt.Errorf("-redis %s: Redis does not answer (%v); the fleet is then in local mode, each instance checking every node itself", o.redisShown, dials.Explain(err))
