@@ -45,9 +45,9 @@ func bigPlugin() *PgCluster {
 	for _, n := range []int{3, 30, 200, 10000} {
 		nodes = append(nodes, bigNodes(fmt.Sprintf("c%d", n), n)...)
 	}
-	aliases := []Alias{{"big", "c10000"}, {"deep-chain-alias-08", "c30"}}
+	aliases := []Alias{{Alias: "big", Target: "c10000"}, {Alias: "deep-chain-alias-08", Target: "c30"}}
 	for i := 1; i < 8; i++ {
-		aliases = append(aliases, Alias{fmt.Sprintf("deep-chain-alias-%02d", i), fmt.Sprintf("deep-chain-alias-%02d", i+1)})
+		aliases = append(aliases, Alias{Alias: fmt.Sprintf("deep-chain-alias-%02d", i), Target: fmt.Sprintf("deep-chain-alias-%02d", i+1)})
 	}
 	return newTestPlugin(buildInput{nodes: nodes, aliases: aliases})
 }

@@ -152,7 +152,7 @@ func TestApexNameServers(t *testing.T) {
 		node("ns1", "pg1", "192.0.2.91", "primary"), // a cluster named like a name server
 		node("ns", "pg1", "192.0.2.92", "primary"),  // and like the default one
 	)
-	aliases := append(testAliases, Alias{"ns2", "local"}, Alias{"NS", "local"})
+	aliases := append(testAliases, Alias{Alias: "ns2", Target: "local"}, Alias{Alias: "NS", Target: "local"})
 	p, s := apexPlugin(t, aliases, nodes,
 		"ns ns1.pgcluster.lan 192.0.2.53 2001:db8::53", "ns a.ns2.pgcluster.lan 192.0.2.54", "ns dns.example.net",
 		"soa 7200 1800 1209600 60")
@@ -199,7 +199,7 @@ func TestApexNameServers(t *testing.T) {
 
 	// An alias change resolves the aliases again: the name servers' names
 	// stay.
-	n := s.next(change{rowsUpdate: rowsUpdate{aliases: append(aliases, Alias{"ns1", "local"}), aliasesSet: true}})
+	n := s.next(change{rowsUpdate: rowsUpdate{aliases: append(aliases, Alias{Alias: "ns1", Target: "local"}), aliasesSet: true}})
 	n.setSerial(1235, 5)
 	p.pb = publisherOf(n)
 	runCases(t, p, []test.Case{

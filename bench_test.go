@@ -144,7 +144,7 @@ func scaleRows(n, clusters, aliases int) ([]Node, []Alias) {
 	}
 	as := make([]Alias, 0, aliases)
 	for i := range aliases {
-		as = append(as, Alias{fmt.Sprintf("a%d", i), fmt.Sprintf("c%d", i*clusters/aliases)})
+		as = append(as, Alias{Alias: fmt.Sprintf("a%d", i), Target: fmt.Sprintf("c%d", i*clusters/aliases)})
 	}
 	return nodes, as
 }
@@ -186,7 +186,7 @@ func BenchmarkChangeScale(b *testing.B) {
 		b.Run(fmt.Sprintf("alias/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				as := append(slices.Clone(aliases), Alias{"new", fmt.Sprintf("c%d", i%sc.clusters)})
+				as := append(slices.Clone(aliases), Alias{Alias: "new", Target: fmt.Sprintf("c%d", i%sc.clusters)})
 				s = s.next(change{rowsUpdate: rowsUpdate{aliases: as, aliasesSet: true}})
 			}
 		})

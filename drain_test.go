@@ -149,7 +149,7 @@ func drainedPlugin(view health.View, drained []string, opts ...func(*settings)) 
 			nodes[i].Drain = Drain{ID: int64(i + 1), Reason: "maintenance", By: "ops"}
 		}
 	}
-	return newTestPlugin(buildInput{settings: set, nodes: nodes, aliases: []Alias{{"prod", "local"}}, view: view})
+	return newTestPlugin(buildInput{settings: set, nodes: nodes, aliases: []Alias{{Alias: "prod", Target: "local"}}, view: view})
 }
 
 // What a drain takes out of each name: a drained standby leaves the

@@ -29,7 +29,7 @@ func FuzzECS(f *testing.F) {
 	nodes, networks := twoZones()
 	networks = append(networks, Network{Network: netip.MustParsePrefix("10.1.5.0/24"), Region: "r", Zone: "b"},
 		Network{Network: netip.MustParsePrefix("2001:db8::/56"), Region: "r", Zone: "a"})
-	p := topologyPlugin(topologyLocal, 1, nodes, networks, []Alias{{"prod", "local"}})
+	p := topologyPlugin(topologyLocal, 1, nodes, networks, []Alias{{Alias: "prod", Target: "local"}})
 	names := []string{"local.", "prod.", "_postgresql._tcp.local.", "pg1.local.", "_client.", "nx."}
 	types := []uint16{dns.TypeA, dns.TypeAAAA, dns.TypeSRV, dns.TypeTXT}
 	f.Fuzz(func(t *testing.T, family uint16, source, scope uint8, octets []byte, pick uint8) {

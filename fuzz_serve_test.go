@@ -354,12 +354,12 @@ func fuzzPlugin(shape uint8) *fuzzed {
 	nodes = append(nodes, node("split", "s1", "192.0.2.31", "primary"), node("split", "s2", "192.0.2.32", "primary"),
 		node("dark", "d1", "192.0.2.41", "primary"), node("dark", "d2", "2001:db8::42", "standby"))
 	aliases := slices.Clone(testAliases)
-	aliases = append(aliases, Alias{"bigalias", bigName}, Alias{"loop1", "loop2"}, Alias{"loop2", "loop1"}, Alias{"dangling", "nowhere"})
+	aliases = append(aliases, Alias{Alias: "bigalias", Target: bigName}, Alias{Alias: "loop1", Target: "loop2"}, Alias{Alias: "loop2", Target: "loop1"}, Alias{Alias: "dangling", Target: "nowhere"})
 	if long {
 		prev := bigName
 		for i := range 8 {
 			a := label(fmt.Sprintf("chain%d", i))
-			aliases = append(aliases, Alias{a, prev})
+			aliases = append(aliases, Alias{Alias: a, Target: prev})
 			prev = a
 		}
 	}

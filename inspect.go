@@ -82,11 +82,7 @@ func ReadNodes(ctx context.Context, tx pgx.Tx) ([]Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := nodesQuery
-	if !sh.places {
-		q = nodesQueryUnplaced
-	}
-	rows, err := tx.Query(ctx, q)
+	rows, err := tx.Query(ctx, nodesQuery(sh))
 	if err != nil {
 		return nil, err
 	}

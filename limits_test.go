@@ -67,7 +67,7 @@ func TestAliasChainTooDeep(t *testing.T) {
 		if i == 20 {
 			target = "local"
 		}
-		aliases = append(aliases, Alias{fmt.Sprintf("ch%d", i), target})
+		aliases = append(aliases, Alias{Alias: fmt.Sprintf("ch%d", i), Target: target})
 	}
 	p := newTestPlugin(buildInput{nodes: testNodes(), aliases: aliases})
 	s := p.snapshot()
@@ -109,8 +109,8 @@ func Addrs(m *dns.Msg) []string {
 func TestAliasCaseDuplicate(t *testing.T) {
 	nodes := append(testNodes(), node("other2", "y1", "192.0.2.31", "primary"))
 	for _, order := range [][]Alias{
-		{{"UPPERALIAS", "other"}, {"upperalias", "other2"}},
-		{{"upperalias", "other2"}, {"UPPERALIAS", "other"}},
+		{{Alias: "UPPERALIAS", Target: "other"}, {Alias: "upperalias", Target: "other2"}},
+		{{Alias: "upperalias", Target: "other2"}, {Alias: "UPPERALIAS", Target: "other"}},
 	} {
 		p := newTestPlugin(buildInput{nodes: nodes, aliases: order})
 		r := query(t, p, "upperalias."+testZone, dns.TypeCNAME)
@@ -131,7 +131,7 @@ func TestNamesTooLong(t *testing.T) {
 		node("short", "pg1", "192.0.2.3", "standby"),
 		node(l63('d'), "pg1", "192.0.2.4", "primary"), // SRV of prefer-standby too long
 	}
-	aliases := []Alias{{l63('a'), "short"}, {"al", "short"}}
+	aliases := []Alias{{Alias: l63('a'), Target: "short"}, {Alias: "al", Target: "short"}}
 	s := build(buildInput{settings: &settings{zones: []string{zone}, ttl: 5}, nodes: nodes, aliases: aliases})
 	for owner := range owners(s) {
 		if _, ok := dns.IsDomainName(owner); !ok || len(owner)+1 > 255 {

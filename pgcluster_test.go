@@ -37,7 +37,7 @@ func testNodes() []Node {
 	}
 }
 
-var testAliases = []Alias{{"prod", "local"}, {"myapp-db", "prod"}}
+var testAliases = []Alias{{Alias: "prod", Target: "local"}, {Alias: "myapp-db", Target: "prod"}}
 
 func newTestPlugin(in buildInput) *PgCluster {
 	if in.settings == nil {
@@ -267,10 +267,10 @@ func TestSkippedRows(t *testing.T) {
 		node("local", "-x", "192.0.2.9", "standby"),       // not a label
 	)
 	aliases := append(testAliases,
-		Alias{"loop1", "loop2"}, Alias{"loop2", "loop1"}, // loop
-		Alias{"dangling", "nowhere"}, // to nothing
-		Alias{"other", "local"},      // shadows a cluster
-		Alias{"via-loop", "loop1"},   // into a loop
+		Alias{Alias: "loop1", Target: "loop2"}, Alias{Alias: "loop2", Target: "loop1"}, // loop
+		Alias{Alias: "dangling", Target: "nowhere"}, // to nothing
+		Alias{Alias: "other", Target: "local"},      // shadows a cluster
+		Alias{Alias: "via-loop", Target: "loop1"},   // into a loop
 	)
 	s := build(buildInput{settings: &settings{zones: []string{testZone}, ttl: 5}, nodes: nodes, aliases: aliases})
 	counts := map[string]int{}

@@ -20,7 +20,7 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 			{Cluster: "Local", Name: "pg2", Address: netip.MustParseAddr("2001:db8::2"), Port: 5433, Role: "standby", HeartbeatAge: time.Duration(1<<63 - 1), Region: "eu", Zone: "eu-1a"},
 		},
 		"net": {{Cluster: "net", Name: "n", Address: netip.MustParseAddr("10.1.0.0"), Network: netip.MustParsePrefix("10.1.0.0/16"), Port: 1}},
-	}, aliases: []Alias{{"prod", "local"}, {"x", "prod"}}, aliasesSet: true,
+	}, aliases: []Alias{{Alias: "prod", Target: "local"}, {Alias: "x", Target: "prod"}}, aliasesSet: true,
 		networks: []Network{{Network: netip.MustParsePrefix("10.0.0.0/16"), Region: "eu", Zone: "eu-1a"}, {Network: netip.MustParsePrefix("2001:db8::/56"), Zone: "b"}}, networksSet: true}, time.Now())
 
 	u, err := updateFromCopy(allFields(rows), true)
@@ -127,7 +127,7 @@ func TestRelayDiff(t *testing.T) {
 		{"full without d", rowsUpdate{full: true, nodes: map[string][]Node{"c": {n}}, aliasesSet: true}, []string{"d"}, false},
 		{"new cluster", rowsUpdate{nodes: map[string][]Node{"e": {n}}}, []string{"e"}, false},
 		{"gone", rowsUpdate{nodes: map[string][]Node{"c": nil}}, []string{"c"}, false},
-		{"alias", rowsUpdate{aliases: []Alias{{"p", "c"}}, aliasesSet: true}, nil, true},
+		{"alias", rowsUpdate{aliases: []Alias{{Alias: "p", Target: "c"}}, aliasesSet: true}, nil, true},
 		{"networks", rowsUpdate{networks: []Network{{Network: netip.MustParsePrefix("10.0.0.0/8"), Zone: "a"}}, networksSet: true}, nil, false},
 	} {
 		changed, aliases, networks := rows.diff(tc.u, 10*time.Second)

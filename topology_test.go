@@ -117,8 +117,8 @@ func zonesOf(addrs []string) string {
 // every node in the order of topology off.
 func TestTopologyAnswers(t *testing.T) {
 	nodes, networks := twoZones()
-	prefer := topologyPlugin(topologyPrefer, 1, nodes, networks, []Alias{{"prod", "local"}})
-	local := topologyPlugin(topologyLocal, 1, nodes, networks, []Alias{{"prod", "local"}})
+	prefer := topologyPlugin(topologyPrefer, 1, nodes, networks, []Alias{{Alias: "prod", Target: "local"}})
+	local := topologyPlugin(topologyLocal, 1, nodes, networks, []Alias{{Alias: "prod", Target: "local"}})
 	for _, tc := range []struct {
 		subnet, zone string
 	}{{"10.1.7.0/24", "a"}, {"10.2.0.0/24", "b"}} {

@@ -29,7 +29,7 @@ func TestAliasLoopAnyLength(t *testing.T) {
 			if i == n-1 {
 				target = end
 			}
-			aliases = append(aliases, Alias{fmt.Sprintf("%s%d", prefix, i), target})
+			aliases = append(aliases, Alias{Alias: fmt.Sprintf("%s%d", prefix, i), Target: target})
 		}
 	}
 	chain("loop", 1000, "loop0")   // a loop of 1,000 aliases
@@ -72,7 +72,7 @@ func TestAliasLongChainLinear(t *testing.T) {
 	const n = 100_000
 	aliases := make([]Alias, n)
 	for i := range aliases {
-		aliases[i] = Alias{fmt.Sprintf("a%d", i), fmt.Sprintf("a%d", (i+1)%n)}
+		aliases[i] = Alias{Alias: fmt.Sprintf("a%d", i), Target: fmt.Sprintf("a%d", (i+1)%n)}
 	}
 	set := &settings{zones: []string{testZone}, ttl: 5}
 	start := time.Now()
