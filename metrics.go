@@ -96,6 +96,20 @@ var (
 		Help:      "Nodes under active health checks, by state: up, down or unknown (not decided yet).",
 	}, []string{"zone", "state"})
 
+	failoverWrites = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "alias_failover_writes_total",
+		Help:      "Writes of an alias's fail-over or fail-back to the registry by this instance, by result: moved, unchanged (another instance's write came first) or error (the alias does not move).",
+	}, []string{"zone", "result"})
+
+	aliasMoves = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "alias_moves_total",
+		Help:      "Changes of where an alias with fallbacks points, as this instance answers it, by alias and the target it points at after the change.",
+	}, []string{"zone", "alias", "target"})
+
 	splitBrain = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/printable"
 )
 
 // publisher is the only writer of the snapshot. Its inputs are the
@@ -169,6 +170,7 @@ func (pb *publisher) report(prev, s *snapshot) {
 	}
 	if pb.aliasesUnreported {
 		logSkipped(prev.aliases.skipped, s.aliases.skipped)
+		reportMoves(zone, prev.aliases, s.aliases, first)
 	}
 	if prev.places != s.places {
 		logSkipped(prev.places.skipped, s.places.skipped)
@@ -302,5 +304,31 @@ func (pb *publisher) checkSelf(s *snapshot) {
 			log.Warningf("self %s: no such node in the registry; check the node name (NAME or CLUSTER/NAME)", key)
 		}
 		pb.selfMissing[key] = !found
+	}
+}
+
+// reportMoves logs and counts each alias with fallbacks that points
+// elsewhere in now than in was (on the first snapshot, each that points
+// at a fallback): one line per move on every instance.
+func reportMoves(zone string, was, now *aliasBuild, first bool) {
+	before := map[string]string{}
+	for _, a := range was.resolved {
+		before[a.alias] = a.target
+	}
+	for _, a := range now.resolved {
+		if !a.failover {
+			continue
+		}
+		old, had := before[a.alias]
+		if had && old == a.target || !had && !first || first && strings.EqualFold(a.target, a.row.Target) {
+			continue
+		}
+		aliasMoves.WithLabelValues(zone, a.alias, a.target).Inc()
+		if strings.EqualFold(a.target, a.row.Target) {
+			log.Infof("Alias %q points at its own target %s again (failed back)", a.alias, a.target)
+			continue
+		}
+		log.Infof("Alias %q points at %s: failed over from %s at %s: %s", a.alias, a.target, a.row.Target,
+			time.UnixMicro(a.row.MovedAt).UTC().Format(time.RFC3339), printable.Cut(a.row.Why, maxTXTString))
 	}
 }

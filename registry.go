@@ -154,6 +154,10 @@ type registry struct {
 	shape       registryShape
 	shapeWarned string
 
+	// mover, when set, moves the aliases that fail over while this
+	// registry is followed (see failover.go).
+	mover *aliasMover
+
 	loaded chan struct{} // closed after the first successful load
 	done   chan struct{} // closed when run returns
 }
@@ -197,6 +201,18 @@ func (r *registry) run(ctx context.Context) {
 			lastLoads.release(r.key)
 		}
 	}()
+	if r.mover != nil {
+		mctx, cancel := context.WithCancel(ctx)
+		moved := make(chan struct{})
+		go func() {
+			defer close(moved)
+			r.mover.run(mctx)
+		}()
+		defer func() {
+			cancel()
+			<-moved
+		}()
+	}
 	backoff := minBackoff
 	for {
 		err := r.session(ctx, func() { backoff = minBackoff })

@@ -179,7 +179,7 @@ func TestFollowChangesMatchFullRead(t *testing.T) {
 			}
 		}
 		marker(t, pg, f, round)
-		nodes, aliases, _, err := readRegistry(ctx, conn, nil, registryShape{places: true, networks: true})
+		nodes, aliases, _, err := readRegistry(ctx, conn, nil, fullShape)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +298,7 @@ func TestFollowLostNotifications(t *testing.T) {
 		t.Helper()
 		var diff string
 		if err := pgtest.WaitFor(10*time.Second, func() error {
-			nodes, as, _, err := readRegistry(ctx, conn, nil, registryShape{places: true, networks: true})
+			nodes, as, _, err := readRegistry(ctx, conn, nil, fullShape)
 			if err != nil {
 				return err
 			}

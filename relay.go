@@ -115,18 +115,25 @@ type relay struct {
 	done    chan struct{}  // closed when run returns
 
 	// Touched only by restore and then run's goroutine.
-	ctx      context.Context
-	id       registryID // this instance's registry
-	role     string
-	rows     rowSet          // the registry as served here
-	hasRows  bool            // rows were applied
-	st       *lock.CopyState // the copy as applied here, or as written (follower)
-	written  bool            // follower: this term's first, full write is done
-	term     int64           // follower: Redis µs when its term began
-	redisNow time.Time       // Redis's clock at the last poll, read or renewal
-	redisAt  time.Time       // this host's clock then
-	fails    int             // Redis calls failed in a row
-	failedAt time.Time       // when the first of them failed
+	ctx     context.Context
+	id      registryID // this instance's registry
+	role    string
+	rows    rowSet          // the registry as served here
+	hasRows bool            // rows were applied
+	st      *lock.CopyState // the copy as applied here, or as written (follower)
+	written bool            // follower: this term's first, full write is done
+	term    int64           // follower: Redis µs when its term began
+	// termNow is term, for the alias mover (failover.go), which fences
+	// its writes with it from its own goroutine.
+	termNow atomic.Int64
+	// followerNow is whether the role is follower, for the alias mover:
+	// an instance that follows PostgreSQL itself because Redis does not
+	// answer (roleLocal) moves no alias, the fleet's follower does.
+	followerNow atomic.Bool
+	redisNow    time.Time // Redis's clock at the last poll, read or renewal
+	redisAt     time.Time // this host's clock then
+	fails       int       // Redis calls failed in a row
+	failedAt    time.Time // when the first of them failed
 	// rideUntil: a reader that Redis stopped answering serves its copy
 	// until then before it follows PostgreSQL itself (see ride).
 	rideUntil time.Time
@@ -671,6 +678,7 @@ func (r *relay) rewrite() {
 		now = r.term + 1
 	}
 	r.term = now
+	r.termNow.Store(now)
 	r.written = false
 	r.write(nil, nil, false, false)
 }
@@ -681,6 +689,7 @@ func (r *relay) becomeFollower(now time.Time) {
 	r.stopFollowing()
 	r.setRole(roleFollower)
 	r.term, r.written, r.back, r.checked = now.UnixMicro(), false, time.Time{}, time.Now()
+	r.termNow.Store(r.term)
 	r.distrust, r.pending = time.Time{}, false
 	log.Infof("Registry relay: took the registry lease as instance %s (%s): following PostgreSQL for the fleet; reloading in full before publishing", short(r.rc.Token()), r.set.instance)
 	r.startFollowing()
@@ -1034,6 +1043,8 @@ func (r *relay) startFollowing() {
 		}
 	})
 	reg.served = r.hasRows
+	reg.mover = newAliasMover(r.set, r.pb.snap.Load, r.termNow.Load)
+	reg.mover.allowed = r.followerNow.Load
 	reg.onSession = func(up bool) {
 		if !up && f.up.Load() {
 			f.downSince.Store(time.Now().UnixNano())
@@ -1071,6 +1082,7 @@ func (r *relay) leave() {
 
 func (r *relay) setRole(role string) {
 	r.role = role
+	r.followerNow.Store(role == roleFollower)
 	for _, x := range []string{roleFollower, roleReader, roleLocal} {
 		v := 0.0
 		if x == role {

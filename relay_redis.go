@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -104,25 +105,56 @@ func decodeNodes(b []byte) ([]Node, error) {
 	return ns, nil
 }
 
+// encodeAliases writes each alias as [alias, target], its target being
+// where it points now (see Alias.effective): an instance older than
+// fail-over, which reads the first two strings alone, points where the
+// fleet does. An alias with fail-over settings or a move has eight strings
+// more: its own target, fallback, failover_when, failover_after in ns,
+// failback, the target moved to, why, and when (Unix µs).
 func encodeAliases(as []Alias) []byte {
-	w := make([][2]string, len(as))
+	w := make([][]string, len(as))
 	for i, a := range as {
-		w[i] = [2]string{a.Alias, a.Target}
+		w[i] = []string{a.Alias, a.effective()}
+		if a.Fallback != "" || a.When != "" || a.Failback != "" || a.Moved != "" || a.After != 0 {
+			w[i] = append(w[i], a.Target, a.Fallback, a.When, strconv.FormatInt(int64(a.After), 10), a.Failback,
+				a.Moved, a.Why, strconv.FormatInt(a.MovedAt, 10))
+		}
 	}
 	b, _ := json.Marshal(w)
 	return b
 }
 
 func decodeAliases(b []byte) ([]Alias, error) {
-	var w [][2]string
+	var w [][]string
 	if err := json.Unmarshal(b, &w); err != nil {
 		return nil, err
 	}
 	as := make([]Alias, len(w))
 	for i, a := range w {
-		as[i] = Alias{Alias: a[0], Target: a[1]}
+		switch len(a) {
+		case 2:
+			as[i] = Alias{Alias: a[0], Target: a[1]}
+		case 10:
+			after, err1 := strconv.ParseInt(a[5], 10, 64)
+			at, err2 := strconv.ParseInt(a[9], 10, 64)
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("alias %d: failover_after %q or moved at %q is not a number", i, clip(a[5]), clip(a[9]))
+			}
+			as[i] = Alias{Alias: a[0], Target: a[2], Fallback: a[3], When: a[4], After: time.Duration(after),
+				Failback: a[6], Moved: a[7], Why: a[8], MovedAt: at}
+		default:
+			return nil, fmt.Errorf("alias %d: %d strings, want 2 or 10", i, len(a))
+		}
 	}
 	return as, nil
+}
+
+// clip is the start of a string read from the copy, for an error message.
+func clip(s string) string {
+	if len(s) > 24 {
+		return s[:24] + "..."
+	}
+	return s
 }
 
 func encodeNetworks(ns []Network) []byte {

@@ -119,6 +119,7 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 		log.Errorf("Registry relay not started (%v): following PostgreSQL here", err)
 	}
 	p.reg = newRegistry(cfg, key, pb.applyAt)
+	p.reg.mover = newAliasMover(cfg, pb.snap.Load, func() int64 { return 0 })
 	restored := p.reg.restore()
 	go p.reg.run(ctx)
 	return restored

@@ -153,7 +153,15 @@ func (p *part) entry(prefix string) *entry {
 type aliasPart struct {
 	target string // the alias's target: a cluster, or another alias
 	final  string // the cluster at the end of the chain
+	// state is _failover.<alias>: TXT of where an alias that may fail
+	// over points now, and why; nil for an alias without fallbacks.
+	state *entry
 }
+
+// labelFailover is the name under an alias whose TXT says where the
+// alias points and why (see failoverTXT): a name no cluster can have
+// under it (node names are DNS labels).
+const labelFailover = "_failover"
 
 // clusterStat is what metrics and logs report of one cluster.
 type clusterStat struct {
@@ -342,7 +350,12 @@ func (s *snapshot) next(ch change) *snapshot {
 		}
 		for _, a := range n.aliases.resolved {
 			for _, z := range s.set.zones {
-				n.parts[under(a.alias, z)] = &part{alias: &aliasPart{target: under(a.target, z), final: under(a.final, z)}}
+				ap := &aliasPart{target: under(a.target, z), final: under(a.final, z)}
+				if a.failover {
+					owner := labelFailover + "." + under(a.alias, z)
+					ap.state = &entry{owner: owner, txt: &dns.TXT{Hdr: hdr(owner, dns.TypeTXT, s.set.ttl), Txt: failoverTXT(a)}}
+				}
+				n.parts[under(a.alias, z)] = &part{alias: ap}
 			}
 		}
 	}
@@ -483,6 +496,8 @@ func (s *snapshot) lookup(name, zone string) (*entry, *aliasPart, string) {
 	switch {
 	case p == nil:
 		return nil, nil, ""
+	case p.alias != nil && p.alias.state != nil && prefix == labelFailover+".":
+		return p.alias.state, nil, prefix
 	case p.alias != nil:
 		return s.parts[p.alias.final].entry(prefix), p.alias, prefix
 	}

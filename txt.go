@@ -206,3 +206,27 @@ func drainText(d Drain) string {
 	}
 	return fmt.Sprintf("%s (%s, by %s, drain %d)", d.Reason, until, d.By, d.ID)
 }
+
+// failoverTXT is the TXT of _failover.<alias>: the target it points at
+// (target=), whether that is its own (state=primary) or a fallback it
+// failed over to (state=failed_over, with moved= saying from where, when
+// and why), its targets in order, and how it fails over and back.
+func failoverTXT(a resolvedAlias) []string {
+	r := a.row
+	state := "primary"
+	if !strings.EqualFold(r.effective(), r.Target) {
+		state = "failed_over"
+	}
+	txt := []string{"target=" + a.target, "state=" + state, printable.Cut("targets="+strings.Join(r.targets(), ","), maxTXTString),
+		"failover_when=" + r.when(), "failover_after=" + r.after().String()}
+	failback := r.Failback
+	if failback == "" {
+		failback = failbackManual
+	}
+	txt = append(txt, "failback="+failback)
+	if state == "failed_over" {
+		txt = append(txt, printable.Cut(fmt.Sprintf("moved=failed over from %s at %s: %s", r.Target,
+			time.UnixMicro(r.MovedAt).UTC().Format(time.RFC3339), r.Why), maxTXTString))
+	}
+	return txt
+}

@@ -14,13 +14,16 @@ import (
 
 // Skip reasons, the values of the rows_skipped metric's reason label.
 const (
-	skipInvalidName   = "invalid_name"
-	skipReservedName  = "reserved_name"
-	skipDuplicate     = "duplicate"
-	skipAliasLoop     = "alias_loop"
-	skipAliasDangling = "alias_dangling"
-	skipAliasTooDeep  = "alias_too_deep"
-	skipNameTooLong   = "name_too_long"
+	skipInvalidName  = "invalid_name"
+	skipReservedName = "reserved_name"
+	skipDuplicate    = "duplicate"
+	skipAliasLoop    = "alias_loop"
+	// skipInvalidFallback: a fallback an alias can never fail over to;
+	// the alias itself serves.
+	skipInvalidFallback = "invalid_fallback"
+	skipAliasDangling   = "alias_dangling"
+	skipAliasTooDeep    = "alias_too_deep"
+	skipNameTooLong     = "name_too_long"
 	// skipInvalidPlace: a region or zone that is not a DNS label; the row
 	// is served without it (its place unknown), the network row not at all.
 	skipInvalidPlace = "invalid_place"
@@ -213,6 +216,10 @@ func checkPlace(region, zone string) (string, string, string) {
 type resolvedAlias struct {
 	alias, target, final string
 	depth                int
+	// row is the alias's row, for its fail-over state (failoverTXT);
+	// failover says whether it has one to show: fallbacks, or a move.
+	row      Alias
+	failover bool
 }
 
 // aliasBuild is the aliases of a snapshot, resolved.
@@ -248,9 +255,9 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 		}
 		return rows[i].Alias == ai && rows[j].Alias != aj
 	})
-	what := func(r Alias) string { return fmt.Sprintf("alias %q -> %q", r.Alias, r.Target) }
+	what := func(r Alias) string { return fmt.Sprintf("alias %q -> %q", r.Alias, r.effective()) }
 	for _, r := range rows {
-		a, t := strings.ToLower(r.Alias), strings.ToLower(strings.TrimSuffix(r.Target, "."))
+		a, t := strings.ToLower(r.Alias), strings.ToLower(strings.TrimSuffix(r.effective(), "."))
 		switch {
 		case !isLabel(a) || !isLabel(t):
 			ab.skip(skipInvalidName, what(r))
@@ -290,12 +297,20 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 			ab.skip(skipNameTooLong, what(r)+": its names would be longer than 255 octets")
 			continue
 		}
-		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: e.final, depth: e.depth})
+		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: e.final, depth: e.depth,
+			row: r, failover: r.Fallback != "" || r.Moved != ""})
+		ab.vetFallbacks(r, target)
 	}
 	sort.SliceStable(ab.resolved, func(i, j int) bool { return ab.resolved[i].depth < ab.resolved[j].depth })
 	h := fnv.New64a()
 	for _, a := range ab.resolved {
 		fmt.Fprintf(h, "%s>%s\n", a.alias, a.target)
+		// Its fail-over state, when it has one: without, the hash is the
+		// one aliases had before fail-over.
+		if a.failover {
+			r := a.row
+			fmt.Fprintf(h, "failover %s %s %s %v %s %s %q %d\n", r.Target, r.Fallback, r.when(), r.after(), r.Failback, r.Moved, r.Why, r.MovedAt)
+		}
 	}
 	ab.hash = h.Sum64()
 	return ab
@@ -351,6 +366,49 @@ func aliasEnds(target map[string]string, cluster func(string) bool) map[string]a
 		}
 	}
 	return ends
+}
+
+// vetFallbacks notes, as skipped with invalid_fallback, each fallback of r
+// that the alias can never fail over to: not a label, the alias itself,
+// its own target or an earlier fallback again, or an alias (a fallback is
+// a cluster: an alias could lead back). The alias serves all the same, with
+// the fallbacks that remain; one naming a cluster that has no rows now is
+// fine (it may have some when needed).
+func (ab *aliasBuild) vetFallbacks(r Alias, aliases map[string]string) {
+	seen := map[string]bool{strings.ToLower(r.Alias): true, strings.ToLower(r.Target): true}
+	for _, f := range r.fallbacks() {
+		lf := strings.ToLower(f)
+		why := ""
+		switch {
+		case !isLabel(lf):
+			why = "not a DNS label"
+		case lf == strings.ToLower(r.Alias):
+			why = "the alias itself"
+		case seen[lf]:
+			why = "named twice, or the alias's own target"
+		case aliases[lf] != "":
+			why = "an alias: a fallback is a cluster"
+		}
+		seen[lf] = true
+		if why != "" {
+			ab.skip(skipInvalidFallback, fmt.Sprintf("fallback %q of alias %q: %s (not used)", f, r.Alias, why))
+		}
+	}
+}
+
+// usableFallback reports whether the alias may fail over to f (see
+// vetFallbacks).
+func usableFallback(r Alias, f string, aliases map[string]bool) bool {
+	lf := strings.ToLower(f)
+	if !isLabel(lf) || lf == strings.ToLower(r.Alias) || lf == strings.ToLower(r.Target) || aliases[lf] {
+		return false
+	}
+	for _, g := range r.fallbacks() {
+		if strings.ToLower(g) == lf {
+			return g == f // the first time it is named
+		}
+	}
+	return false
 }
 
 func (ab *aliasBuild) skip(reason, what string) {

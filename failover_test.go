@@ -1,0 +1,102 @@
+package pgcluster
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// An alias with a fallback moves, on every instance (the relay's follower,
+// its reader, an instance without the relay: two of them may write), once
+// its target has had no serving primary for failover_after, written once;
+// a switchover inside the target never moves it; it stays on the fallback
+// when its target serves again (sticky) until its row of
+// pgcluster_alias_state is deleted (pgclusterctl failback); with failback
+// auto it comes back by itself.
+func TestAliasFailover(t *testing.T) {
+	g, ins := drainFleet(t)
+	g.pg.MustExec(t, `INSERT INTO pgcluster_nodes(cluster, name, address, role) VALUES
+  ('dr', 'dr1', '192.0.2.11', 'primary'), ('dr', 'dr2', '192.0.2.12', 'standby');
+UPDATE pgcluster_aliases SET fallback = '{dr}', failover_after = '1 second' WHERE alias = 'prod'`)
+	onLocal := map[string][]string{"primary.prod.": {"192.0.2.1"}}
+	onDR := map[string][]string{"primary.prod.": {"192.0.2.11"}}
+	g.wait(10*time.Second, "prod on local", func() error { return namesAnswer(ins, onLocal) })
+	g.wait(10*time.Second, "prod's fail-over state", func() error {
+		for _, in := range ins {
+			if txt := servedTXT(in.p, "_failover.prod."); txt != "target=local state=primary targets=local,dr failover_when=no_primary failover_after=1s failback=manual" {
+				return fmt.Errorf("%s: _failover.prod's TXT: %s", in.name, txt)
+			}
+		}
+		return nil
+	})
+
+	// A switchover inside local, in one statement: never without a
+	// primary, never moved.
+	g.pg.MustExec(t, "UPDATE pgcluster_nodes SET role = CASE name WHEN 'pg2' THEN 'primary' ELSE 'standby' END WHERE cluster = 'local'")
+	g.wait(10*time.Second, "the switchover", func() error {
+		return namesAnswer(ins, map[string][]string{"primary.prod.": {"192.0.2.2"}})
+	})
+	holdsFor(t, 2*time.Second, func() error {
+		return namesAnswer(ins, map[string][]string{"primary.prod.": {"192.0.2.2"}})
+	})
+
+	moved := movesWritten()
+	start := time.Now()
+	g.pg.MustExec(t, "UPDATE pgcluster_nodes SET healthy = false WHERE name = 'pg2'")
+	g.wait(15*time.Second, "prod on dr", func() error { return namesAnswer(ins, onDR) })
+	t.Logf("local's primary out -> primary.prod answers dr's on all 3 instances: %v (failover_after 1s)", time.Since(start).Round(time.Millisecond))
+	if took := time.Since(start); took < time.Second {
+		t.Fatalf("moved %v after the primary left, before failover_after", took)
+	}
+	if got := movesWritten() - moved; got != 1 {
+		t.Errorf("%v moves written, want 1", got)
+	}
+	for _, in := range ins {
+		if txt := servedTXT(in.p, "_failover.prod."); !strings.Contains(txt, "target=dr state=failed_over") || !strings.Contains(txt, "moved=failed over from local at 20") || !strings.Contains(txt, "no serving primary in local for") {
+			t.Errorf("%s: _failover.prod's TXT after the move: %s", in.name, txt)
+		}
+	}
+
+	// local serves again: prod stays on dr.
+	g.pg.MustExec(t, "UPDATE pgcluster_nodes SET healthy = true WHERE name = 'pg2'")
+	holdsFor(t, 3*time.Second, func() error { return namesAnswer(ins, onDR) })
+
+	// pgclusterctl failback deletes the row: back at once.
+	g.pg.MustExec(t, "DELETE FROM pgcluster_alias_state WHERE alias = 'prod'")
+	g.wait(10*time.Second, "failed back", func() error {
+		return namesAnswer(ins, map[string][]string{"primary.prod.": {"192.0.2.2"}})
+	})
+
+	// failback auto: out and back by itself.
+	g.pg.MustExec(t, "UPDATE pgcluster_aliases SET failback = 'auto' WHERE alias = 'prod'; UPDATE pgcluster_nodes SET healthy = false WHERE name = 'pg2'")
+	g.wait(15*time.Second, "prod on dr again", func() error { return namesAnswer(ins, onDR) })
+	g.pg.MustExec(t, "UPDATE pgcluster_nodes SET healthy = true WHERE name = 'pg2'")
+	start = time.Now()
+	g.wait(15*time.Second, "failed back by itself", func() error {
+		return namesAnswer(ins, map[string][]string{"primary.prod.": {"192.0.2.2"}})
+	})
+	t.Logf("failback auto: back on local %v after its primary came back (failover_after 1s)", time.Since(start).Round(time.Millisecond))
+}
+
+// holdsFor checks cond every 50 ms for d, failing at its first error.
+func holdsFor(t *testing.T, d time.Duration, cond func() error) {
+	t.Helper()
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err := cond(); err != nil {
+			t.Fatal(fmt.Errorf("within %v: %w", d, err))
+		}
+	}
+}
+
+// movesWritten is alias_failover_writes_total{result="moved"} of the tests'
+// zone, summed over the instances of this process.
+func movesWritten() float64 {
+	var m dto.Metric
+	if err := failoverWrites.WithLabelValues(testZone, "moved").Write(&m); err != nil {
+		return -1
+	}
+	return m.GetCounter().GetValue()
+}
