@@ -10,6 +10,7 @@
 //	pgclusterctl undrain -postgres DSN ID
 //	pgclusterctl undrain -postgres DSN -cluster C -node N
 //	pgclusterctl drains -postgres DSN [-all] [-json]
+//	pgclusterctl failback -postgres DSN ALIAS
 //
 // status reads the registry (pgcluster_nodes) and, with -redis, what the
 // fleet shares in Redis: each node's lease holder and the verdict of the
@@ -38,8 +39,10 @@
 // standby., unless -force. A drain that matches no node now is made, with
 // a warning. undrain deletes a drain by ID, or every drain of a node (exit 1
 // when none matched); drains lists the active ones (-all: the ended ones
-// too) with the nodes each matches now. Each exits 2 on a usage error or
-// when the registry cannot be used.
+// too) with the nodes each matches now. failback points an alias that
+// failed over at its own target again (exit 1 when it had not failed
+// over). Each exits 2 on a usage error or when the registry cannot be
+// used.
 package main
 
 import (
@@ -69,6 +72,7 @@ const usage = `usage: pgclusterctl status -postgres DSN [-redis URL] [flags]
        pgclusterctl drain -postgres DSN -cluster C [-node N | -topology-zone Z] -reason TEXT [flags]
        pgclusterctl undrain -postgres DSN (ID | -cluster C -node N)
        pgclusterctl drains -postgres DSN [-all] [-json]
+       pgclusterctl failback -postgres DSN ALIAS
 
 Commands:
   status   every node of the registry, in or out and why, with the fleet's
@@ -80,11 +84,13 @@ Commands:
   undrain  delete a drain by its ID, or the drains of one node
   drains   the active drains (-all: ended ones too), with the nodes each
            matches now
+  failback point an alias that failed over at its own target again
 
 Exit status: status: 0 when every cluster has exactly one serving primary,
-1 when one has none or two. drain, undrain, drains: 0 when done, 1 when a
-guard refused the drain or no drain matched undrain. All: 2 on a usage
-error or when the registry or Redis cannot be read.
+1 when one has none or two. drain, undrain, drains, failback: 0 when done,
+1 when a guard refused the drain, no drain matched undrain, or the alias
+had not failed over. All: 2 on a usage error or when the registry or Redis
+cannot be read.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -97,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runStatus(ctx, args[1:], stdout, stderr)
 	case "drain":
 		return runDrain(ctx, args[1:], stdout, stderr)
+	case "failback":
+		return runFailback(ctx, args[1:], stdout, stderr)
 	case "undrain":
 		return runUndrain(ctx, args[1:], stdout, stderr)
 	case "drains":
