@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -45,7 +46,19 @@ type failoverWorld struct {
 	pg1Addr, dr1Addr string
 }
 
-func newFailoverWorld(t testing.TB, instances int) *failoverWorld {
+// failoverOptions are a failover world's: prod's failover_after and
+// failback, and the checks' Corefile lines.
+type failoverOptions struct {
+	after    time.Duration
+	failback string
+	checks   string
+}
+
+// defaultFailover is the world of TestAliasFailoverFleet.
+var defaultFailover = failoverOptions{after: failoverAfter, failback: "manual",
+	checks: fmt.Sprintf("interval %v\n  timeout %v", failoverInterval, failoverTimeout)}
+
+func newFailoverWorld(t testing.TB, instances int, o failoverOptions) *failoverWorld {
 	t.Helper()
 	w := &failoverWorld{t: t, pg1Addr: "127.0.0.91", dr1Addr: "127.0.0.93"}
 	w.pg1 = pgtest.New(t, pgtest.Options{Host: w.pg1Addr})
@@ -55,11 +68,11 @@ func newFailoverWorld(t testing.TB, instances int) *failoverWorld {
 	w.reg.MustExec(t, fmt.Sprintf(`INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES
   ('local', 'pg1', '127.0.0.91', %d, 'primary'), ('local', 'pg2', '127.0.0.92', %d, 'standby'),
   ('dr', 'dr1', '127.0.0.93', %d, 'primary');
-INSERT INTO pgcluster_aliases (alias, target, fallback, failover_after) VALUES ('prod', 'local', '{dr}', '%v')`,
-		w.pg1.Port, w.pg2.Port, w.dr1.Port, failoverAfter))
+INSERT INTO pgcluster_aliases (alias, target, fallback, failover_after, failback) VALUES ('prod', 'local', '{dr}', '%v', '%s')`,
+		w.pg1.Port, w.pg2.Port, w.dr1.Port, o.after, o.failback))
 	rs := redistest.Start(t)
-	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_secret %s\n  allow_loopback\n  ttl 1\n  check postgres \"user=postgres dbname=postgres sslmode=disable\"\n  interval %v\n  timeout %v\n }\n}\n",
-		Zone, PortPlaceholder, MetricsPlaceholder, w.reg.DSN(""), rs.URL(), relaySecret, failoverInterval, failoverTimeout)
+	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_secret %s\n  allow_loopback\n  ttl 1\n  check postgres \"user=postgres dbname=postgres sslmode=disable\"\n  %s\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, w.reg.DSN(""), rs.URL(), relaySecret, o.checks)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range instances {
@@ -135,7 +148,7 @@ func (w *failoverWorld) exec(sql string) {
 // also on an instance started afterwards; a fail-back (what pgclusterctl
 // failback runs) moves it back; with failback auto it comes back by itself.
 func TestAliasFailoverFleet(t *testing.T) {
-	w := newFailoverWorld(t, 2)
+	w := newFailoverWorld(t, 2, defaultFailover)
 	pg2Addr := "127.0.0.92"
 
 	// The switchover: pg1 stopped in fast mode, pg2 promoted at once.
@@ -218,4 +231,101 @@ func TestAliasFailoverFleet(t *testing.T) {
 			t.Logf("instance 0's lines: %q", lines)
 		}
 	}
+}
+
+// BenchmarkAliasFlap stops and starts local's primary (after a switchover
+// to pg2, as in TestAliasFailoverFleet) every 2 s for FLAP_FOR (default
+// 60s) with prod on failover_after 1s and failback auto, checks every
+// 500 ms, and polls where each of 2 instances says prod points every
+// 10 ms: it prints the moves seen and the longest time the instances
+// disagreed. b.N is ignored: one run is one measurement.
+//
+//	go test -run '^$' -bench AliasFlap -benchtime 1x ./test/
+func BenchmarkAliasFlap(b *testing.B) {
+	flapFor := time.Minute
+	if v := os.Getenv("FLAP_FOR"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatalf("FLAP_FOR=%q: %v", v, err)
+		}
+		flapFor = d
+	}
+	w := newFailoverWorld(b, 2, failoverOptions{after: time.Second, failback: "auto",
+		checks: "interval 500ms\n  timeout 400ms\n  fall 2\n  rise 2"})
+	// pg1 leaves the cluster for good: pg2 is the primary that flaps.
+	if err := w.pg1.StopMode("fast"); err != nil {
+		b.Fatal(err)
+	}
+	if err := w.pg2.Promote(); err != nil {
+		b.Fatal(err)
+	}
+	Eventually(b, 20*time.Second, w.prodIs(w.ins, "127.0.0.92"))
+
+	// Each instance polled on its own every 2 ms: when its answer of
+	// where prod points changed, and to what.
+	type change struct {
+		at     time.Time
+		target string
+	}
+	begin := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	changes := make([][]change, len(w.ins))
+	samples := make([]int, len(w.ins))
+	for i, in := range w.ins {
+		wg.Go(func() {
+			tick := time.NewTicker(2 * time.Millisecond)
+			defer tick.Stop()
+			last := ""
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				tg := target(in)
+				if tg == "" {
+					continue // a reply lost on a loaded machine: no sample
+				}
+				samples[i]++
+				if tg != last {
+					changes[i] = append(changes[i], change{time.Now(), tg})
+					last = tg
+				}
+			}
+		})
+	}
+	end := time.Now().Add(flapFor)
+	flaps := 0
+	for time.Now().Before(end) {
+		if err := w.pg2.StopMode("immediate"); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2 * time.Second) // the flap's period is the measurement's input
+		if err := w.pg2.Start(); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		flaps++
+	}
+	close(stop)
+	wg.Wait()
+	var seen []string
+	for _, c := range changes[0] {
+		seen = append(seen, fmt.Sprintf("%s@%.1fs", c.target, c.at.Sub(begin).Seconds()))
+	}
+	fmt.Printf("alias flap: local's primary stopped and started %d times, every 2s for %v; samples every 2ms per instance: %v; instance 0 saw prod point: %v\n", flaps, flapFor, samples, seen)
+	if len(changes[0]) != len(changes[1]) {
+		fmt.Printf("alias flap: the instances saw %d and %d changes: %v / %v\n", len(changes[0]), len(changes[1]), changes[0], changes[1])
+		b.Fatal("the instances did not see the same moves")
+	}
+	var apart []time.Duration
+	for k := range changes[0] {
+		if changes[0][k].target != changes[1][k].target {
+			b.Fatalf("move %d: the instances moved to %s and %s", k, changes[0][k].target, changes[1][k].target)
+		}
+		apart = append(apart, max(changes[0][k].at.Sub(changes[1][k].at), changes[1][k].at.Sub(changes[0][k].at)))
+	}
+	fmt.Printf("alias flap: over %d moves the 2 instances disagreed on prod's target for p50 %v, max %v (polls every 2ms)\n",
+		len(apart), percentile(apart, 50), percentile(apart, 100))
 }
