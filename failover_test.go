@@ -100,3 +100,48 @@ func movesWritten() float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// Fallbacks an alias can never use are each named in a skip of their own,
+// and the alias serves all the same, from its target; a fallback to a
+// cluster without rows is named and kept.
+func TestAliasFallbackVetted(t *testing.T) {
+	nodes := append(testNodes(), node("dr", "dr1", "192.0.2.31", "primary"))
+	aliases := []Alias{
+		{Alias: "prod", Target: "local", Fallback: "prod,local,dr,dr,Bad_Label,myapp-db,nowhere"},
+		{Alias: "myapp-db", Target: "prod"},
+	}
+	p := newTestPlugin(buildInput{settings: &settings{}, nodes: nodes, aliases: aliases})
+	s := p.snapshot()
+	var got []string
+	for _, sk := range s.aliases.skipped {
+		if sk.reason == skipInvalidFallback {
+			got = append(got, sk.what)
+		}
+	}
+	want := []string{
+		`fallback "prod" of alias "prod": the alias itself (not used)`,
+		`fallback "local" of alias "prod": named twice, or the alias's own target (not used)`,
+		`fallback "dr" of alias "prod": named twice, or the alias's own target (not used)`,
+		`fallback "Bad_Label" of alias "prod": not a DNS label (not used)`,
+		`fallback "myapp-db" of alias "prod": an alias: a fallback is a cluster (not used)`,
+		`fallback "nowhere" of alias "prod": no cluster "nowhere" serves now (kept: used once it does)`,
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("skips:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if a := addrs(t, p, "primary.prod."); a != "192.0.2.1" {
+		t.Errorf("primary.prod answers %q, want local's primary", a)
+	}
+	// Moved (by someone's hand) to a target that is not one of its
+	// fallbacks: the alias points at its own target.
+	aliases[0].Moved = "other"
+	p = newTestPlugin(buildInput{settings: &settings{}, nodes: nodes, aliases: aliases})
+	if a := addrs(t, p, "primary.prod."); a != "192.0.2.1" {
+		t.Errorf("moved to a target it does not list: primary.prod answers %q, want local's primary", a)
+	}
+	aliases[0].Moved = "DR"
+	p = newTestPlugin(buildInput{settings: &settings{}, nodes: nodes, aliases: aliases})
+	if a := addrs(t, p, "primary.prod."); a != "192.0.2.31" {
+		t.Errorf("moved to dr: primary.prod answers %q, want dr's primary", a)
+	}
+}

@@ -39,7 +39,10 @@ func FuzzBuild(f *testing.F) {
 		for i := range int(primaries % 40) {
 			nodes = append(nodes, Node{Cluster: cluster, Name: fmt.Sprintf("%.55s%d", name, i), Role: "primary", Address: netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}), Port: 5432, Healthy: true})
 		}
-		aliases := []Alias{{Alias: a1, Target: t1}, {Alias: a2, Target: t2}}
+		// The first alias fails over to the second's target or name (any
+		// bytes), and has moved to the second's target.
+		aliases := []Alias{{Alias: a1, Target: t1, Fallback: t2 + "," + a2 + "," + cluster, Moved: t2, Why: name},
+			{Alias: a2, Target: t2}}
 		// Drains: the low bits of the last byte of addr drain the first
 		// nodes, with a2 (any bytes) as the reason and t2 as who.
 		var drains byte

@@ -1,7 +1,9 @@
 package pgcluster
 
 import (
+	"encoding/json"
 	"maps"
+	"slices"
 	"net/netip"
 	"reflect"
 	"testing"
@@ -17,10 +19,13 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{
 		"local": {
 			{Cluster: "local", Name: "pg1", Address: netip.MustParseAddr("10.0.0.1"), Port: 5432, Role: "primary", Healthy: true, HeartbeatAge: 1500 * time.Millisecond, Heartbeat: beat},
-			{Cluster: "Local", Name: "pg2", Address: netip.MustParseAddr("2001:db8::2"), Port: 5433, Role: "standby", HeartbeatAge: time.Duration(1<<63 - 1), Region: "eu", Zone: "eu-1a"},
+			{Cluster: "Local", Name: "pg2", Address: netip.MustParseAddr("2001:db8::2"), Port: 5433, Role: "standby", HeartbeatAge: time.Duration(1<<63 - 1), Region: "eu", Zone: "eu-1a",
+				Drain: Drain{ID: 7, Reason: "reindex", By: "alice", Until: beat.UnixMicro()}},
 		},
 		"net": {{Cluster: "net", Name: "n", Address: netip.MustParseAddr("10.1.0.0"), Network: netip.MustParsePrefix("10.1.0.0/16"), Port: 1}},
-	}, aliases: []Alias{{Alias: "prod", Target: "local"}, {Alias: "x", Target: "prod"}}, aliasesSet: true,
+	}, aliases: []Alias{{Alias: "prod", Target: "local"}, {Alias: "x", Target: "prod"},
+		{Alias: "dr-prod", Target: "local", Fallback: "dr,dr2", When: failNoNodes, After: 5 * time.Second, Failback: failbackAuto,
+			Moved: "dr", Why: "no serving node in local for 5s", MovedAt: beat.UnixMicro()}}, aliasesSet: true,
 		networks: []Network{{Network: netip.MustParsePrefix("10.0.0.0/16"), Region: "eu", Zone: "eu-1a"}, {Network: netip.MustParsePrefix("2001:db8::/56"), Zone: "b"}}, networksSet: true}, time.Now())
 
 	u, err := updateFromCopy(allFields(rows), true)
@@ -53,6 +58,15 @@ func TestRelayFieldsRoundTrip(t *testing.T) {
 	got.merge(u, time.Now())
 	if _, ok := got.clusters["net"]; ok || len(got.clusters) != 1 {
 		t.Errorf("after a nil field: %v", got.clusters)
+	}
+	// An instance older than fail-over reads [alias, target] alone: the
+	// target is where the alias points now.
+	var older [][2]string
+	if err := json.Unmarshal(allFields(rows)[aliasesField], &older); err != nil || !slices.Contains(older, [2]string{"dr-prod", "dr"}) {
+		t.Errorf("an older instance reads the aliases %v (%v), want dr-prod pointing at dr", older, err)
+	}
+	if _, err := updateFromCopy(map[string][]byte{aliasesField: []byte(`[["a","b","c"]]`)}, false); err == nil {
+		t.Error("an alias of 3 strings was accepted")
 	}
 	if _, err := updateFromCopy(map[string][]byte{"other": []byte("x")}, false); err == nil {
 		t.Error("an unknown field was accepted")

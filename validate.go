@@ -299,7 +299,7 @@ func resolveAliases(rows []Alias, clusters map[string]*clusterBuild, set *settin
 		}
 		ab.resolved = append(ab.resolved, resolvedAlias{alias: a, target: t, final: e.final, depth: e.depth,
 			row: r, failover: r.Fallback != "" || r.Moved != ""})
-		ab.vetFallbacks(r, target)
+		ab.vetFallbacks(r, target, func(name string) bool { return served(name) != nil })
 	}
 	sort.SliceStable(ab.resolved, func(i, j int) bool { return ab.resolved[i].depth < ab.resolved[j].depth })
 	h := fnv.New64a()
@@ -372,9 +372,9 @@ func aliasEnds(target map[string]string, cluster func(string) bool) map[string]a
 // that the alias can never fail over to: not a label, the alias itself,
 // its own target or an earlier fallback again, or an alias (a fallback is
 // a cluster: an alias could lead back). The alias serves all the same, with
-// the fallbacks that remain; one naming a cluster that has no rows now is
-// fine (it may have some when needed).
-func (ab *aliasBuild) vetFallbacks(r Alias, aliases map[string]string) {
+// the fallbacks that remain. One naming a cluster that serves no names now
+// is noted too, as a warning: it is kept, and used once it serves.
+func (ab *aliasBuild) vetFallbacks(r Alias, aliases map[string]string, cluster func(string) bool) {
 	seen := map[string]bool{strings.ToLower(r.Alias): true, strings.ToLower(r.Target): true}
 	for _, f := range r.fallbacks() {
 		lf := strings.ToLower(f)
@@ -388,6 +388,10 @@ func (ab *aliasBuild) vetFallbacks(r Alias, aliases map[string]string) {
 			why = "named twice, or the alias's own target"
 		case aliases[lf] != "":
 			why = "an alias: a fallback is a cluster"
+		case !cluster(lf):
+			seen[lf] = true
+			ab.skip(skipInvalidFallback, fmt.Sprintf("fallback %q of alias %q: no cluster %q serves now (kept: used once it does)", f, r.Alias, lf))
+			continue
 		}
 		seen[lf] = true
 		if why != "" {
