@@ -3,9 +3,9 @@ package pgcluster
 import (
 	"encoding/json"
 	"maps"
-	"slices"
 	"net/netip"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
