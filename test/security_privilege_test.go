@@ -132,7 +132,8 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		t.Errorf("Redis refused the fleet's user: %s %q (%s, by %s)", e.Reason, e.Object, e.Context, e.Username)
 	}
 
-	// The role: reads the registry tables, nothing else.
+	// The role: reads the registry tables, writes where an alias that
+	// failed over points, nothing else.
 	role := pgConnect(ctx, t, dsn)
 	var n int
 	if err := role.QueryRow(ctx, "SELECT count(*) FROM pgcluster_nodes").Scan(&n); err != nil || n != 3 {
@@ -142,6 +143,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 		"INSERT INTO pgcluster_nodes(name, address) VALUES ('x', '127.0.0.99')",
 		"UPDATE pgcluster_nodes SET healthy = true",
 		"DELETE FROM pgcluster_aliases",
+		"UPDATE pgcluster_aliases SET fallback = '{}'",
 		"DELETE FROM pgcluster_networks",
 		"INSERT INTO pgcluster_drains(cluster, reason) VALUES ('local', 'maintenance')",
 		"TRUNCATE pgcluster_nodes",
@@ -157,7 +159,7 @@ func TestSecurityLeastPrivilege(t *testing.T) {
 	var privs string
 	err = reg.QueryRow(ctx, `SELECT string_agg(table_name || ':' || privilege_type, ' ' ORDER BY table_name, privilege_type)
 FROM information_schema.role_table_grants WHERE grantee = $1`, readmeRole).Scan(&privs)
-	if want := "pgcluster_aliases:SELECT pgcluster_drains:SELECT pgcluster_networks:SELECT pgcluster_nodes:SELECT"; err != nil || privs != want {
+	if want := "pgcluster_alias_state:DELETE pgcluster_alias_state:INSERT pgcluster_alias_state:SELECT pgcluster_alias_state:UPDATE pgcluster_aliases:SELECT pgcluster_drains:SELECT pgcluster_networks:SELECT pgcluster_nodes:SELECT"; err != nil || privs != want {
 		t.Errorf("the role's table privileges: %q, %v; want %q", privs, err, want)
 	}
 
