@@ -84,6 +84,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("the Redis instructions do not print the metrics loop %q:\n%s", loop, &text)
 	}
 	checkMetricsLoop(t, d, loop)
+	checkDrainLines(t, d, want)
 
 	// Redis stopped: every instance checks locally, answering all the
 	// while. Started again: coordinated again, one lease per node, and
@@ -214,5 +215,44 @@ func TestCheckFree(t *testing.T) {
 	defer l.Close()
 	if err := checkFree(l.Addr().String(), false); err == nil {
 		t.Errorf("checkFree(%s), a port in use, = nil; want an error", l.Addr())
+	}
+}
+
+// checkDrainLines runs the printed drain and undrain lines (bin/pgclusterctl
+// as built for the test): pg3 leaves prod on every instance, then comes
+// back; the drains line lists the drain between them.
+func checkDrainLines(t *testing.T, d *demo, all []string) {
+	t.Helper()
+	var text bytes.Buffer
+	instructions(&text, d)
+	lines := map[string]string{}
+	for _, l := range strings.Split(text.String(), "\n") {
+		l = strings.TrimSpace(l)
+		for _, cmd := range []string{"drain", "drains", "undrain"} {
+			if strings.HasPrefix(l, "bin/pgclusterctl "+cmd+" ") {
+				lines[cmd] = strings.Replace(l, "bin/pgclusterctl", build.Path(t, "pgclusterctl"), 1)
+			}
+		}
+	}
+	if len(lines) != 3 {
+		t.Fatalf("the instructions print %d of the drain, drains and undrain lines:\n%s", len(lines), &text)
+	}
+	runLine := func(cmd string) string {
+		out, err := exec.Command("bash", "-c", lines[cmd]).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", lines[cmd], err, out)
+		}
+		return string(out)
+	}
+	runLine("drain")
+	for _, in := range d.fleet {
+		waitFor(t, 10*time.Second, func() error { return answersProd(in.Addr(), all[:2]) })
+	}
+	if out := runLine("drains"); !strings.Contains(out, "demo maintenance") || !strings.Contains(out, "pg3") {
+		t.Errorf("the drains line printed no drain of pg3:\n%s", out)
+	}
+	runLine("undrain")
+	for _, in := range d.fleet {
+		waitFor(t, 10*time.Second, func() error { return answersProd(in.Addr(), all) })
 	}
 }

@@ -57,10 +57,15 @@ and follow the topology as it changes (the instances in failover order):
 Take a node out of the answers through the registry, and bring it back:
   %[4]s -c "UPDATE pgcluster_nodes SET healthy = false WHERE cluster = 'local' AND name = 'pg3'"
   %[4]s -c "UPDATE pgcluster_nodes SET healthy = true WHERE cluster = 'local' AND name = 'pg3'"
+Drain a node for maintenance (out of every shared name, its own name kept,
+back by itself after 10 minutes), list the drains, and undrain it:
+  %[5]s drain -postgres '%[6]s' -cluster local -node pg3 -reason "demo maintenance" -for 10m
+  %[5]s drains -postgres '%[6]s'
+  %[5]s undrain -postgres '%[6]s' -cluster local -node pg3
 Look at the registry:
   %[4]s -c "TABLE pgcluster_nodes" -c "TABLE pgcluster_aliases"
 
-`, dig, zone, strings.Join(servers, ","), psql)
+`, dig, zone, strings.Join(servers, ","), psql, "bin/pgclusterctl", d.dsn)
 }
 
 // fleetLoop is a shell loop running cmd once per instance of the fleet,

@@ -35,7 +35,7 @@ const (
 // build is cmd/coredns as make build builds it and the demo as make run
 // does, built once per test process by one go build, linking them at once:
 // a build whose packages are cached is mostly the links.
-var build = coretest.Build{Packages: []string{coretest.CoreDNS, "github.com/pgcluster/pgcluster/internal/cmd/demo"}}
+var build = coretest.Build{Packages: []string{coretest.CoreDNS, "github.com/pgcluster/pgcluster/internal/cmd/demo", "github.com/pgcluster/pgcluster/cmd/pgclusterctl"}}
 
 // TestMain removes the binaries the tests built.
 func TestMain(m *testing.M) {
