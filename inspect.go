@@ -172,6 +172,9 @@ type Judgement struct {
 	// "" and 0 when unknown (see sync.).
 	SyncState  string
 	PrimaryLag time.Duration
+	// DrainText says which drain holds the node, as its TXT does; "" when
+	// none: it serves (Serving) under its own name alone.
+	DrainText string
 }
 
 // ClusterJudgement is a cluster's rows judged.
@@ -181,10 +184,11 @@ type ClusterJudgement struct {
 	// Skipped are the rows never served, each with its reason (the
 	// rows_skipped metric's) and the row it names.
 	Skipped []Skipped
-	// Serving and Out count the nodes judged; Primaries names the serving
-	// nodes that claim to be primary (primary.<cluster> has an address
-	// only when there is exactly one).
-	Serving, Out int
+	// Serving and Out count the nodes judged, in and out of the shared
+	// names, and Drained those a drain keeps out that would serve;
+	// Primaries names the serving nodes that claim to be primary
+	// (primary.<cluster> has an address only when there is exactly one).
+	Serving, Out, Drained int
 	Primaries    []string
 }
 
@@ -223,7 +227,7 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 	for _, name := range slices.Sorted(maps.Keys(groups)) {
 		cb := &clusterBuild{name: name, rows: groups[name]}
 		c := cb.validate(in, set.zoneLen())
-		cj := ClusterJudgement{Name: name, Serving: cb.stat.serving, Out: cb.stat.out, Primaries: cb.stat.primaries}
+		cj := ClusterJudgement{Name: name, Serving: cb.stat.serving, Out: cb.stat.out, Drained: cb.stat.drained, Primaries: cb.stat.primaries}
 		for _, sk := range cb.skipped {
 			cj.Skipped = append(cj.Skipped, Skipped{Reason: sk.reason, Row: sk.what})
 		}
@@ -244,6 +248,9 @@ func Judge(nodes []Node, view health.View, o JudgeOptions) ([]ClusterJudgement, 
 			}
 			if m.replica != nil {
 				j.SyncState, j.PrimaryLag = m.replica.Sync, m.replica.Lag
+			}
+			if m.Drain.drained() {
+				j.DrainText = printable.Cut(drainText(m.Drain), maxTXTString)
 			}
 			cj.Nodes = append(cj.Nodes, j)
 		}

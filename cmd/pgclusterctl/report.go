@@ -64,6 +64,11 @@ type clusterReport struct {
 	Served  bool `json:"served"`
 	Serving int  `json:"serving"`
 	Out     int  `json:"out"`
+	// Drained counts the nodes a drain keeps out of the shared names that
+	// would serve them; PrimaryDrained names the one primary when a drain
+	// holds it (primary. has no address).
+	Drained        int    `json:"drained,omitempty"`
+	PrimaryDrained string `json:"primary_drained,omitempty"`
 	// Unknown counts the nodes the registry allows whose stored check is
 	// stale: each instance answers them as its own probe finds them.
 	Unknown   int      `json:"unknown,omitempty"`
@@ -140,6 +145,11 @@ type nodeReport struct {
 	// Detail what a person reads.
 	State  string `json:"state"`
 	Reason string `json:"reason"`
+	// Drained is the drain that holds the node, as its TXT says it
+	// ("<reason> (until <time>, by <who>, drain <id>)"); "" when none. A
+	// drained node serves under its own name alone: State says how its
+	// own name answers.
+	Drained string `json:"drained,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -158,34 +168,46 @@ func newFleetReport(f *lock.Fleet, o fleetOptions) *fleetReport {
 }
 
 func newClusterReport(c pgcluster.ClusterJudgement, f *lock.Fleet) clusterReport {
-	cr := clusterReport{Name: c.Name, Serving: c.Serving, Out: c.Out, Primaries: c.Primaries, Nodes: []nodeReport{}}
+	cr := clusterReport{Name: c.Name, Serving: c.Serving, Out: c.Out, Drained: c.Drained, Primaries: c.Primaries, Nodes: []nodeReport{}}
 	if cr.Primaries == nil {
 		cr.Primaries = []string{}
 	}
 	for _, sk := range c.Skipped {
 		cr.Skipped = append(cr.Skipped, skippedRow{Reason: sk.Reason, Row: sk.Row, Why: skipWhy[sk.Reason]})
 	}
-	allowed := 0
+	allowed := 0 // nodes the registry allows, drained ones aside: what all_down open answers
+	drained := map[string]bool{}
 	for _, j := range c.Nodes {
-		if j.RegistryServing {
+		if j.RegistryServing && j.DrainText == "" {
 			allowed++
 		}
 		nr := newNodeReport(j, f)
+		if j.DrainText != "" {
+			drained[j.Name] = true
+		}
 		if nr.State == stateUnknown && j.Serving {
 			// Judged by the registry alone, it would serve; the
 			// instances answer it as their own probes find it.
-			cr.Serving--
+			if j.DrainText != "" {
+				cr.Drained--
+			} else {
+				cr.Serving--
+			}
 			cr.Unknown++
 			cr.Primaries = slices.DeleteFunc(cr.Primaries, func(p string) bool { return p == j.Name })
 		}
 		cr.Nodes = append(cr.Nodes, nr)
 	}
-	cr.Served = c.Serving+c.Out > 0
+	cr.Served = c.Serving+c.Out+c.Drained > 0
 	cr.SplitBrain = len(cr.Primaries) > 1
+	if len(cr.Primaries) == 1 && drained[cr.Primaries[0]] {
+		cr.PrimaryDrained = cr.Primaries[0]
+	}
 	cr.FailOpen = cr.Serving == 0 && cr.Unknown == 0 && allowed > 0
 	// A node of unknown state may be a primary, or a second one: the
-	// report cannot vouch for the cluster.
-	cr.OK = len(cr.Primaries) == 1 && cr.Unknown == 0 || !cr.Served
+	// report cannot vouch for the cluster. A drained primary leaves
+	// primary. without an address.
+	cr.OK = len(cr.Primaries) == 1 && cr.Unknown == 0 && cr.PrimaryDrained == "" || !cr.Served
 	cr.Summary = cr.summary()
 	return cr
 }
@@ -200,6 +222,7 @@ func newNodeReport(j pgcluster.Judgement, f *lock.Fleet) nodeReport {
 	if j.Serving {
 		nr.State = "in"
 	}
+	nr.Drained = j.DrainText
 	if j.Lag >= 0 {
 		lag := j.Lag
 		nr.LagBytes, nr.Lagging = &lag, j.Lagging
@@ -290,6 +313,9 @@ func placeText(region, zone string) string {
 func (c clusterReport) summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d serving, %d out", c.Name, c.Serving, c.Out)
+	if c.Drained > 0 {
+		fmt.Fprintf(&b, ", %d drained", c.Drained)
+	}
 	if c.Unknown > 0 {
 		fmt.Fprintf(&b, ", %d unknown (stale check: each instance answers as its own probe finds)", c.Unknown)
 	}
@@ -301,6 +327,8 @@ func (c clusterReport) summary() string {
 		b.WriteString("; not served: every row is skipped")
 	case c.SplitBrain:
 		fmt.Fprintf(&b, "; SPLIT BRAIN: %s claim to be primary, primary.%s has no address", strings.Join(c.Primaries, ", "), c.Name)
+	case c.PrimaryDrained != "":
+		fmt.Fprintf(&b, "; PRIMARY %s DRAINED: primary.%s has no address", c.PrimaryDrained, c.Name)
 	case len(c.Primaries) == 1:
 		fmt.Fprintf(&b, "; primary %s", c.Primaries[0])
 	case c.Unknown > 0:
@@ -450,10 +478,14 @@ func (n nodeReport) leaseText(fleet bool) string {
 }
 
 func (n nodeReport) reasonText() string {
-	if n.Detail == "" {
-		return n.Reason
+	text := n.Reason
+	if n.Detail != "" {
+		text += ": " + n.Detail
 	}
-	return n.Reason + ": " + n.Detail
+	if n.Drained != "" {
+		text += "; drained: " + n.Drained
+	}
+	return text
 }
 
 // member shows an instance's token, cut to 8 characters, marked when it is
