@@ -189,7 +189,7 @@ type ClusterJudgement struct {
 	// Primaries names the serving nodes that claim to be primary
 	// (primary.<cluster> has an address only when there is exactly one).
 	Serving, Out, Drained int
-	Primaries    []string
+	Primaries             []string
 }
 
 // Skipped is a row never served: why, and which.

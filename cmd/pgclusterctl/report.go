@@ -150,7 +150,7 @@ type nodeReport struct {
 	// drained node serves under its own name alone: State says how its
 	// own name answers.
 	Drained string `json:"drained,omitempty"`
-	Detail string `json:"detail,omitempty"`
+	Detail  string `json:"detail,omitempty"`
 }
 
 func newFleetReport(f *lock.Fleet, o fleetOptions) *fleetReport {
