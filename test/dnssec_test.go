@@ -52,6 +52,20 @@ func signedCorefile(base, dsn string, options ...string) string {
 // 127.0.0.1 alone, so nothing it sends leaves the machine.
 func startUnbound(t *testing.T, instAddr string, ds *dns.DS) string {
 	t.Helper()
+	return runUnbound(t, instAddr, `  module-config: "validator iterator"
+  trust-anchor: "`+ds.String()+`"`, func(addr string) error {
+		_, err := validated(addr, Zone, dns.TypeSOA)
+		return err
+	})
+}
+
+// runUnbound runs unbound on a free loopback port as a resolver whose only
+// way out is a stub zone to the instance at instAddr, with the server
+// options given (its modules at least), and returns its address once
+// ready says it answers. Its root hints name 127.0.0.1 alone, so nothing
+// it sends leaves the machine.
+func runUnbound(t *testing.T, instAddr, options string, ready func(addr string) error) string {
+	t.Helper()
 	bin, err := exec.LookPath("unbound")
 	if err != nil {
 		t.Fatalf("unbound is needed (Debian package unbound; scripts/setup.sh installs it): %v", err)
@@ -81,15 +95,14 @@ func startUnbound(t *testing.T, instAddr string, ds *dns.DS) string {
   val-log-level: 2
   root-hints: "%[2]s/root.hints"
   qname-minimisation: no
-  module-config: "validator iterator"
-  trust-anchor: "%[3]s"
   access-control: 127.0.0.0/8 allow
+%[3]s
 stub-zone:
   name: "%[4]s"
   stub-addr: %[5]s@%[6]s
 remote-control:
   control-enable: no
-`, port, dir, ds.String(), Zone, host, iport)
+`, port, dir, options, Zone, host, iport)
 	if err := os.WriteFile(filepath.Join(dir, "unbound.conf"), []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +126,7 @@ remote-control:
 		if p.Exited() {
 			return fmt.Errorf("unbound exited (%s): %s", p.State(), log.String())
 		}
-		_, err := validated(addr, Zone, dns.TypeSOA)
-		return err
+		return ready(addr)
 	})
 	return addr
 }
