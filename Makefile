@@ -82,7 +82,7 @@ run: setup
 # The Go benchmarks, then test/'s end-to-end ones and lock/'s scale ones,
 # each run once, with a timeout fit for each: the fleet and the relay, the
 # registry at scale (under 10 minutes), the QPS of a signed zone against an
-# unsigned one (30 s), switchovers, drains and an alias's fail-over under a
+# unsigned one and of topology local with ECS against topology off (30 s each), switchovers, drains and an alias's fail-over under a
 # flapping primary (about 3 minutes), 40 real instances over 1,000 backends,
 # and many coordinators in one process against one Redis, steady and with
 # Redis stalled (SCALE_SIZES and SCALE_STALLS: see lock/scale_bench_test.go).
@@ -93,7 +93,7 @@ bench:
 	$(GO) test -run '^$$' -bench '^BenchmarkTend$$' -benchmem ./lock/
 	$(GO) test -run '^$$' -bench '^Benchmark(Fleet|FleetRelay)$$' -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkRegistryScale$$' -benchtime 1x -timeout 30m ./test/
-	$(GO) test -run '^$$' -bench '^BenchmarkDNSSEC$$' -benchtime 1x ./test/
+	$(GO) test -run '^$$' -bench '^Benchmark(DNSSEC|TopologyQPS)$$' -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkSwitchover$$' -benchtime 1x -timeout 30m ./test/
 	$(GO) test -run '^$$' -bench '^Benchmark(Drain|AliasFlap)$$' -benchtime 1x -timeout 15m ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkFleetScale$$' -benchtime 1x -timeout 30m ./test/

@@ -64,7 +64,7 @@ func BenchmarkDNSSEC(b *testing.B) {
 				name string
 				in   *Instance
 			}{{"signed", signed}, {"unsigned", unsigned}} {
-				q, lost := dnsperfDO(b, perf, s.in.Addr(), queries)
+				q, lost := dnsperfRound(b, perf, s.in.Addr(), queries, "-D")
 				if lost > 0 {
 					b.Logf("%s round %d: %d queries lost", s.name, round, lost)
 				}
@@ -81,13 +81,15 @@ func BenchmarkDNSSEC(b *testing.B) {
 	b.ReportMetric(uq, "unsigned-qps")
 }
 
-// dnsperfDO runs one round of dnsperf with the DO bit against addr and
-// returns its QPS and the queries lost. A SERVFAIL fails the benchmark.
-func dnsperfDO(b *testing.B, perf, addr, queries string) (float64, int) {
+// dnsperfRound runs one round of dnsperf (dnssecRound long, with the
+// arguments extra: -D for the DO bit, say) against addr and returns its
+// QPS and the queries lost. A SERVFAIL fails the benchmark.
+func dnsperfRound(b *testing.B, perf, addr, queries string, extra ...string) (float64, int) {
 	b.Helper()
 	host, port, _ := strings.Cut(addr, ":")
-	out, err := exec.Command(perf, "-s", host, "-p", port, "-d", queries, "-l", strconv.Itoa(int(dnssecRound/time.Second)),
-		"-c", "8", "-q", "128", "-t", "2", "-D").CombinedOutput()
+	args := append([]string{"-s", host, "-p", port, "-d", queries, "-l", strconv.Itoa(int(dnssecRound / time.Second)),
+		"-c", "8", "-q", "128", "-t", "2"}, extra...)
+	out, err := exec.Command(perf, args...).CombinedOutput()
 	report := string(out)
 	if err != nil {
 		b.Fatalf("dnsperf: %v\n%s", err, report)
