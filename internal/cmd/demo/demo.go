@@ -23,6 +23,7 @@ const zone = "pgcluster.lan"
 type node struct {
 	cluster, name, address, role string
 	port                         int
+	zone                         string // its topology zone, in region demoRegion
 }
 
 // demoNodes and demoAliases are the demo registry: cluster local with one
@@ -31,12 +32,19 @@ type node struct {
 // its server's, a free one (see startNodes).
 var (
 	demoNodes = []node{
-		{"local", "pg1", "127.0.0.11", "primary", 0},
-		{"local", "pg2", "127.0.0.12", "standby", 0},
-		{"local", "pg3", "127.0.0.13", "standby", 0},
+		{"local", "pg1", "127.0.0.11", "primary", 0, "a"},
+		{"local", "pg2", "127.0.0.12", "standby", 0, "b"},
+		{"local", "pg3", "127.0.0.13", "standby", 0, "b"},
 	}
 	demoAliases = [][2]string{{"prod", "local"}, {"myapp-db", "prod"}}
+	// demoNetworks place the demo's clients (topology prefer): a client
+	// in 10.1.0.0/16 is in zone a, one in 10.2.0.0/16 in zone b; the
+	// instructions ask for each with dig +subnet.
+	demoNetworks = [][2]string{{"10.1.0.0/16", "a"}, {"10.2.0.0/16", "b"}}
 )
+
+// demoRegion is the region of every demo node and network.
+const demoRegion = "demo"
 
 // seed applies the registry schema and writes the demo registry, nodes
 // as started by startNodes. Running it again resets the demo rows.
@@ -51,12 +59,19 @@ func seed(ctx context.Context, dsn string, nodes []node) error {
 	}
 	return pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		for _, n := range nodes {
-			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_nodes (cluster, name, address, port, role)
-VALUES ($1, $2, $3, $4, $5)
+			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_nodes (cluster, name, address, port, role, region, zone)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (cluster, name) DO UPDATE
-SET address = EXCLUDED.address, port = EXCLUDED.port, role = EXCLUDED.role, healthy = true, heartbeat = now()`,
-				n.cluster, n.name, n.address, n.port, n.role); err != nil {
+SET address = EXCLUDED.address, port = EXCLUDED.port, role = EXCLUDED.role, healthy = true, heartbeat = now(),
+  region = EXCLUDED.region, zone = EXCLUDED.zone`,
+				n.cluster, n.name, n.address, n.port, n.role, demoRegion, n.zone); err != nil {
 				return fmt.Errorf("insert node %s: %w", n.name, err)
+			}
+		}
+		for _, nw := range demoNetworks {
+			if _, err := tx.Exec(ctx, `INSERT INTO pgcluster_networks (network, region, zone) VALUES ($1, $2, $3)
+ON CONFLICT (network) DO UPDATE SET region = EXCLUDED.region, zone = EXCLUDED.zone`, nw[0], demoRegion, nw[1]); err != nil {
+				return fmt.Errorf("insert network %s: %w", nw[0], err)
 			}
 		}
 		for _, a := range demoAliases {
@@ -158,6 +173,7 @@ func corefile(c corefileConfig) string {
         check postgres "user=postgres dbname=postgres sslmode=disable"
         interval 1s
         timeout 500ms
+        topology prefer
         redis %s
     }
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
@@ -85,6 +86,7 @@ func TestDemo(t *testing.T) {
 	}
 	checkMetricsLoop(t, d, loop)
 	checkDrainLines(t, d, want)
+	checkZones(t, d)
 
 	// Redis stopped: every instance checks locally, answering all the
 	// while. Started again: coordinated again, one lease per node, and
@@ -255,4 +257,54 @@ func checkDrainLines(t *testing.T, d *demo, all []string) {
 	for _, in := range d.fleet {
 		waitFor(t, 10*time.Second, func() error { return answersProd(in.Addr(), all) })
 	}
+}
+
+// checkZones asks every instance for prod as a client of each zone's
+// network, as the printed dig +subnet lines do: zone a's client gets pg1
+// first, zone b's pg2 and pg3 first (topology prefer), with the
+// network's prefix as the reply's scope.
+func checkZones(t *testing.T, d *demo) {
+	t.Helper()
+	first := map[string][]string{"a": {"127.0.0.11"}, "b": {"127.0.0.12", "127.0.0.13"}}
+	for _, in := range d.fleet {
+		for _, nw := range demoNetworks {
+			subnet, z := zoneSubnet(nw[0]), nw[1]
+			// Three answers in a row: the rotation of an unordered
+			// set would put another node first in one of them.
+			waitFor(t, 10*time.Second, func() error {
+				for range 3 {
+					if err := zoneFirst(in, subnet, z, first[z]); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	}
+}
+
+// zoneFirst asks in for prod with the ECS subnet, and checks that the
+// three addresses come with first's first.
+func zoneFirst(in *instance, subnet, z string, first []string) error {
+	m := new(dns.Msg)
+	m.SetQuestion("prod."+zone+".", dns.TypeA)
+	p := netip.MustParsePrefix(subnet)
+	o := &dns.OPT{Hdr: dns.RR_Header{Name: ".", Rrtype: dns.TypeOPT}}
+	o.SetUDPSize(1232)
+	o.Option = []dns.EDNS0{&dns.EDNS0_SUBNET{Code: dns.EDNS0SUBNET, Family: 1, SourceNetmask: 24, Address: net.IP(p.Addr().AsSlice())}}
+	m.Extra = []dns.RR{o}
+	r, err := dns.Exchange(m, in.Addr())
+	if err != nil {
+		return err
+	}
+	var addrs []string
+	for _, rr := range r.Answer {
+		if a, ok := rr.(*dns.A); ok {
+			addrs = append(addrs, a.A.String())
+		}
+	}
+	if len(addrs) != 3 || !slices.Equal(slices.Sorted(slices.Values(addrs[:len(first)])), first) {
+		return fmt.Errorf("%s: prod from %s (zone %s) answers %v, want %v first", in.name, subnet, z, addrs, first)
+	}
+	return nil
 }

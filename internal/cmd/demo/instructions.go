@@ -27,7 +27,7 @@ func instructions(w io.Writer, d *demo) {
 	fmt.Fprintf(w, "  Corefile  %s (the others' differ only in their ports)\n", in.conf)
 	var nodes []string
 	for _, n := range d.rows {
-		nodes = append(nodes, n.name+" "+net.JoinHostPort(n.address, strconv.Itoa(n.port))+" "+n.role)
+		nodes = append(nodes, n.name+" "+net.JoinHostPort(n.address, strconv.Itoa(n.port))+" "+n.role+" (zone "+n.zone+")")
 	}
 	fmt.Fprintf(w, "  nodes     %s\n", strings.Join(nodes, ", "))
 	fmt.Fprintf(w, "  redis     %s  (redis-server pid %d)\n", d.redis.URL(), d.redis.Pid())
@@ -41,6 +41,11 @@ func instructions(w io.Writer, d *demo) {
 	for _, in := range d.fleet {
 		fmt.Fprintf(w, "  dig @127.0.0.1 -p %s prod.%s\n", in.port(), zone)
 	}
+	fmt.Fprintf(w, "\nThe instances order answers by where the client is (topology prefer): a client\nin zone a's network gets pg1 first, one in zone b's pg2 and pg3 first. Ask as each:\n")
+	for _, nw := range demoNetworks {
+		fmt.Fprintf(w, "  %sprod.%s +subnet=%s    # zone %s\n", dig, zone, zoneSubnet(nw[0]), nw[1])
+	}
+	fmt.Fprintf(w, "  %sTXT _client.%s +subnet=%s    # where the instance places you\n", dig, zone, zoneSubnet(demoNetworks[0][0]))
 	fmt.Fprintf(w, `Try:
   %[1]smyapp-db.%[2]s
   %[1]sprimary.prod.%[2]s
@@ -159,4 +164,10 @@ func pgCtl(pg *pgtest.Postgres) string {
 		cmd = "runuser -u postgres -- " + cmd
 	}
 	return cmd
+}
+
+// zoneSubnet is a /24 inside network (a /16 of demoNetworks): the subnet a
+// resolver would send for a client there.
+func zoneSubnet(network string) string {
+	return strings.TrimSuffix(network, ".0.0/16") + ".7.0/24"
 }
