@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +50,10 @@ type Candidate struct {
 	// Host is the SRV target the address belongs to (the node's own name),
 	// or the canonical name when the address came from an A or AAAA answer.
 	Host string
+	// Priority is its SRV record's priority (0 from an A or AAAA answer):
+	// the lower, the sooner it is tried (RFC 2782). pgcluster's topology
+	// gives a client's own zone 0, its region 10, the rest 20.
+	Priority uint16
 }
 
 // String returns the candidate's address as "ip:port".
@@ -204,6 +209,9 @@ func (c *Client) fromSRV(ctx context.Context, name, canonical string, srv rrset)
 		}
 		targets = append(targets, t)
 	}
+	// The lowest priority first (RFC 2782): with MaxProbes fewer than the
+	// targets, the nearest are the ones probed.
+	slices.SortStableFunc(targets, func(a, b *target) int { return cmp.Compare(a.srv.Priority, b.srv.Priority) })
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, ungluedParallel)
 	for _, t := range unglued {
@@ -221,7 +229,7 @@ func (c *Client) fromSRV(ctx context.Context, name, canonical string, srv rrset)
 		}
 		ttl = min(ttl, t.ttl)
 		for _, ip := range t.addrs {
-			ans.Candidates = u.append(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, t.srv.Port), Host: t.srv.Target})
+			ans.Candidates = u.append(ans.Candidates, Candidate{Addr: netip.AddrPortFrom(ip, t.srv.Port), Host: t.srv.Target, Priority: t.srv.Priority})
 		}
 	}
 	ans.TTL = ttlOf(ttl)

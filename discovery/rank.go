@@ -30,11 +30,14 @@ func (p Probed) String() string {
 	return fmt.Sprintf("%s unreachable (%v)", p.Addr, p.Err)
 }
 
-// Ranking is the outcome of a probe round: the reachable candidates, fastest
-// first, then the unreachable ones in answer order.
+// Ranking is the outcome of a probe round: the reachable candidates, by SRV
+// priority (RFC 2782: the lowest reachable first; with pgcluster's
+// topology, the nearest) and fastest first within one, then the
+// unreachable ones in answer order.
 type Ranking []Probed
 
-// Best returns the fastest reachable candidate.
+// Best returns the first reachable candidate: of the lowest SRV priority,
+// the fastest.
 func (r Ranking) Best() (Probed, bool) {
 	if len(r) == 0 || !r[0].Reachable() {
 		return Probed{}, false
@@ -42,7 +45,7 @@ func (r Ranking) Best() (Probed, bool) {
 	return r[0], true
 }
 
-// Reachable returns the reachable candidates, fastest first.
+// Reachable returns the reachable candidates, in ranking order.
 func (r Ranking) Reachable() Ranking {
 	i := slices.IndexFunc(r, func(p Probed) bool { return !p.Reachable() })
 	if i < 0 {
@@ -76,6 +79,8 @@ func Rank(ctx context.Context, p Prober, timeout time.Duration, cands []Candidat
 			return 1
 		case !a.Reachable():
 			return 0
+		case a.Priority != b.Priority:
+			return cmp.Compare(a.Priority, b.Priority)
 		}
 		return cmp.Compare(a.Latency, b.Latency)
 	})
