@@ -298,83 +298,29 @@ DROP TRIGGER IF EXISTS pgcluster_nodes_changed ON pgcluster_nodes;
 DROP TRIGGER IF EXISTS pgcluster_aliases_changed ON pgcluster_aliases;
 DROP FUNCTION IF EXISTS pgcluster_notify();
 
--- A trigger with transition tables has one event.
-DROP TRIGGER IF EXISTS pgcluster_nodes_inserted ON pgcluster_nodes;
-CREATE TRIGGER pgcluster_nodes_inserted AFTER INSERT ON pgcluster_nodes
-  REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
-DROP TRIGGER IF EXISTS pgcluster_nodes_updated ON pgcluster_nodes;
-CREATE TRIGGER pgcluster_nodes_updated AFTER UPDATE ON pgcluster_nodes
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
-DROP TRIGGER IF EXISTS pgcluster_nodes_deleted ON pgcluster_nodes;
-CREATE TRIGGER pgcluster_nodes_deleted AFTER DELETE ON pgcluster_nodes
-  REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
-DROP TRIGGER IF EXISTS pgcluster_nodes_truncated ON pgcluster_nodes;
-CREATE TRIGGER pgcluster_nodes_truncated AFTER TRUNCATE ON pgcluster_nodes
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_nodes();
-
-DROP TRIGGER IF EXISTS pgcluster_aliases_inserted ON pgcluster_aliases;
-CREATE TRIGGER pgcluster_aliases_inserted AFTER INSERT ON pgcluster_aliases
-  REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
-DROP TRIGGER IF EXISTS pgcluster_aliases_updated ON pgcluster_aliases;
-CREATE TRIGGER pgcluster_aliases_updated AFTER UPDATE ON pgcluster_aliases
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
-DROP TRIGGER IF EXISTS pgcluster_aliases_deleted ON pgcluster_aliases;
-CREATE TRIGGER pgcluster_aliases_deleted AFTER DELETE ON pgcluster_aliases
-  REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
-DROP TRIGGER IF EXISTS pgcluster_aliases_truncated ON pgcluster_aliases;
-CREATE TRIGGER pgcluster_aliases_truncated AFTER TRUNCATE ON pgcluster_aliases
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_aliases();
-
-DROP TRIGGER IF EXISTS pgcluster_networks_inserted ON pgcluster_networks;
-CREATE TRIGGER pgcluster_networks_inserted AFTER INSERT ON pgcluster_networks
-  REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
-DROP TRIGGER IF EXISTS pgcluster_networks_updated ON pgcluster_networks;
-CREATE TRIGGER pgcluster_networks_updated AFTER UPDATE ON pgcluster_networks
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
-DROP TRIGGER IF EXISTS pgcluster_networks_deleted ON pgcluster_networks;
-CREATE TRIGGER pgcluster_networks_deleted AFTER DELETE ON pgcluster_networks
-  REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
-DROP TRIGGER IF EXISTS pgcluster_networks_truncated ON pgcluster_networks;
-CREATE TRIGGER pgcluster_networks_truncated AFTER TRUNCATE ON pgcluster_networks
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_networks();
-
-DROP TRIGGER IF EXISTS pgcluster_drains_inserted ON pgcluster_drains;
-CREATE TRIGGER pgcluster_drains_inserted AFTER INSERT ON pgcluster_drains
-  REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
-DROP TRIGGER IF EXISTS pgcluster_drains_updated ON pgcluster_drains;
-CREATE TRIGGER pgcluster_drains_updated AFTER UPDATE ON pgcluster_drains
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
-DROP TRIGGER IF EXISTS pgcluster_drains_deleted ON pgcluster_drains;
-CREATE TRIGGER pgcluster_drains_deleted AFTER DELETE ON pgcluster_drains
-  REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
-DROP TRIGGER IF EXISTS pgcluster_drains_truncated ON pgcluster_drains;
-CREATE TRIGGER pgcluster_drains_truncated AFTER TRUNCATE ON pgcluster_drains
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_drains();
-
-DROP TRIGGER IF EXISTS pgcluster_alias_state_inserted ON pgcluster_alias_state;
-CREATE TRIGGER pgcluster_alias_state_inserted AFTER INSERT ON pgcluster_alias_state
-  REFERENCING NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
-DROP TRIGGER IF EXISTS pgcluster_alias_state_updated ON pgcluster_alias_state;
-CREATE TRIGGER pgcluster_alias_state_updated AFTER UPDATE ON pgcluster_alias_state
-  REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
-DROP TRIGGER IF EXISTS pgcluster_alias_state_deleted ON pgcluster_alias_state;
-CREATE TRIGGER pgcluster_alias_state_deleted AFTER DELETE ON pgcluster_alias_state
-  REFERENCING OLD TABLE AS old_rows
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
-DROP TRIGGER IF EXISTS pgcluster_alias_state_truncated ON pgcluster_alias_state;
-CREATE TRIGGER pgcluster_alias_state_truncated AFTER TRUNCATE ON pgcluster_alias_state
-  FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_alias_state();
+-- A trigger with transition tables has one event: four triggers per table,
+-- pgcluster_<table>_inserted, _updated, _deleted and _truncated, each
+-- calling the table's pgcluster_notify_<table>().
+DO $$
+DECLARE
+  t text;
+BEGIN
+  FOREACH t IN ARRAY ARRAY['nodes', 'aliases', 'networks', 'drains', 'alias_state'] LOOP
+    EXECUTE format('DROP TRIGGER IF EXISTS pgcluster_%1$s_inserted ON pgcluster_%1$s', t);
+    EXECUTE format('CREATE TRIGGER pgcluster_%1$s_inserted AFTER INSERT ON pgcluster_%1$s
+      REFERENCING NEW TABLE AS new_rows
+      FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_%1$s()', t);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgcluster_%1$s_updated ON pgcluster_%1$s', t);
+    EXECUTE format('CREATE TRIGGER pgcluster_%1$s_updated AFTER UPDATE ON pgcluster_%1$s
+      REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+      FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_%1$s()', t);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgcluster_%1$s_deleted ON pgcluster_%1$s', t);
+    EXECUTE format('CREATE TRIGGER pgcluster_%1$s_deleted AFTER DELETE ON pgcluster_%1$s
+      REFERENCING OLD TABLE AS old_rows
+      FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_%1$s()', t);
+    EXECUTE format('DROP TRIGGER IF EXISTS pgcluster_%1$s_truncated ON pgcluster_%1$s', t);
+    EXECUTE format('CREATE TRIGGER pgcluster_%1$s_truncated AFTER TRUNCATE ON pgcluster_%1$s
+      FOR EACH STATEMENT EXECUTE FUNCTION pgcluster_notify_%1$s()', t);
+  END LOOP;
+END
+$$;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -73,20 +74,7 @@ INSERT INTO pgcluster_aliases (alias, target, fallback, failover_after, failback
 	rs := redistest.Start(t)
 	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_secret %s\n  allow_loopback\n  ttl 1\n  check postgres \"user=postgres dbname=postgres sslmode=disable\"\n  %s\n }\n}\n",
 		Zone, PortPlaceholder, MetricsPlaceholder, w.reg.DSN(""), rs.URL(), relaySecret, o.checks)
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range instances {
-		wg.Go(func() {
-			in := StartFleetInstanceNoWait(t, w.corefile)
-			mu.Lock()
-			w.ins = append(w.ins, in)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	for _, in := range w.ins {
-		in.WaitReady(t, fleetReadyTimeout)
-	}
+	w.ins = StartTogether(t, slices.Repeat([]string{w.corefile}, instances)...)
 	Eventually(t, 30*time.Second, w.prodIs(w.ins, w.pg1Addr))
 	return w
 }

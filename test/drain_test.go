@@ -41,23 +41,7 @@ func newDrainWorld(t testing.TB) *drainWorld {
 		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), rs.URL(), relaySecret)
 	plain := fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  refresh 1h\n }\n}\n",
 		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, c := range []string{w.relayed, w.relayed, plain} {
-		wg.Go(func() {
-			in := StartFleetInstanceNoWait(t, c)
-			mu.Lock()
-			defer mu.Unlock()
-			if c == plain {
-				w.relayOff = len(w.ins)
-			}
-			w.ins = append(w.ins, in)
-		})
-	}
-	wg.Wait()
-	for _, in := range w.ins {
-		in.WaitReady(t, fleetReadyTimeout)
-	}
+	w.ins, w.relayOff = StartTogether(t, w.relayed, w.relayed, plain), 2
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, w.pg.DSN(""))

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +93,21 @@ func (in *Instance) Thaw() {
 	if err := in.Instance.Thaw(); err != nil {
 		in.t.Fatalf("thaw coredns instance on %s: %v", in.Addr(), err)
 	}
+}
+
+// StartTogether starts an instance of each Corefile at once, as a fleet's
+// hosts boot, and returns them, in the order of corefiles, once each
+// answers.
+func StartTogether(t testing.TB, corefiles ...string) []*Instance {
+	t.Helper()
+	ins := make([]*Instance, len(corefiles))
+	var wg sync.WaitGroup
+	for i, c := range corefiles {
+		wg.Go(func() { ins[i] = StartFleetInstanceNoWait(t, c) })
+	}
+	wg.Wait()
+	for _, in := range ins {
+		in.WaitReady(t, fleetReadyTimeout)
+	}
+	return ins
 }

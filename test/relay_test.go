@@ -57,20 +57,7 @@ func newRelayWorld(t testing.TB, n int) *relayWorld {
 		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, relayTestGrace)
 	w.connect()
 	// Started together, as a fleet's hosts boot: each answers once loaded.
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			in := StartFleetInstanceNoWait(t, w.corefile)
-			mu.Lock()
-			w.ins = append(w.ins, in)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	for _, in := range w.ins {
-		in.WaitReady(t, fleetReadyTimeout)
-	}
+	w.ins = StartTogether(t, slices.Repeat([]string{w.corefile}, n)...)
 	return w
 }
 
