@@ -1,6 +1,7 @@
 package pgcluster
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -137,11 +138,16 @@ type relay struct {
 	// rideUntil: a reader that Redis stopped answering serves its copy
 	// until then before it follows PostgreSQL itself (see ride).
 	rideUntil time.Time
-	back      time.Time     // local: Redis's clock when it answered again
-	leaveBy   time.Time     // leave the lease to others until then
-	left      time.Duration // the lease's time to live at the last poll, 0 without one
-	started   time.Time     // of run
-	checked   time.Time     // follower: when the copy was last checked
+	back      time.Time // local: Redis's clock when it answered again
+	// readHere is when the last read of PostgreSQL here that brought rows
+	// began (local): the copy is read again only once the follower has
+	// vouched for it since, so that a copy older than what this instance
+	// served, an old genuine one replayed, say, is never served instead.
+	readHere time.Time
+	leaveBy  time.Time     // leave the lease to others until then
+	left     time.Duration // the lease's time to live at the last poll, 0 without one
+	started  time.Time     // of run
+	checked  time.Time     // follower: when the copy was last checked
 	// distrust is since when a reader has refused the copy (zero: it has
 	// not), quiet until when news is not heeded (a read just brought
 	// nothing), and retry re-reads a refused copy, or news held back.
@@ -569,8 +575,9 @@ func (r *relay) learned(sys uint64) {
 
 // rejoin, in local mode with Redis answering again, reads the registry
 // from Redis again once the follower has vouched for a copy of this
-// registry since Redis came back (and any hold is over): until then the
-// copy may lack what this instance read itself. An instance that has
+// registry since Redis came back and since the last rows read here (and
+// any hold is over): until then the copy may lack what this instance read
+// itself. An instance that has
 // nothing to serve, whose registry session failed, serves the copy
 // meanwhile, vetted, even if nobody vouched for it lately: PostgreSQL
 // and the follower are gone, and it is the fleet's last registry.
@@ -587,6 +594,10 @@ func (r *relay) rejoin(p lock.CopyPoll, h lock.CopyHead, herr error) {
 		return
 	}
 	if !ours || h.Alive < r.back.UnixMicro() || time.Now().Before(r.holdUntil) {
+		return
+	}
+	if at := r.redisClockAt(r.readHere); !r.readHere.IsZero() && !at.IsZero() && h.Alive < at.UnixMicro() {
+		// Vouched for before the rows read here: it may lack them.
 		return
 	}
 	// Read whole: the rows served here are PostgreSQL's, not a version.
@@ -795,6 +806,9 @@ func (r *relay) ride(err error) {
 // the copy first by the follower, applied here either way.
 func (r *relay) fromRegistry(u rowsUpdate) {
 	if r.role != roleFollower {
+		if len(u.nodes) > 0 || u.aliasesSet || u.networksSet || u.full {
+			r.readHere = cmp.Or(u.readAt, u.loadedAt)
+		}
 		r.apply(u, u.loadedAt)
 		return
 	}

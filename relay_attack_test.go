@@ -606,3 +606,74 @@ func TestRelayRegistryUpWhenRefused(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An old copy, genuinely signed and vouched for after the readers went to
+// follow PostgreSQL themselves (the copy's head overwritten with garbage),
+// but before a change they read there, replayed whole when their hold
+// ends: no reader goes back to it, so none answers the node the change
+// took out; once the replay stops they read the copy again.
+func TestRelayAttackReplayAtRejoin(t *testing.T) {
+	g := newRelayRig(t)
+	g.fleet(3)
+	ctx := context.Background()
+	key, logKey := g.prefix+"{registry}:copy", g.prefix+"{registry}:log"
+	sessions := func() int {
+		var n int
+		if err := g.pg.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'coredns-pgcluster'", &n); err != nil {
+			return -1
+		}
+		return n
+	}
+	garbage := repeat(t, 0, func(int) { g.rdb.HSet(ctx, key, "head", "garbage") })
+	g.wait(20*time.Second, "every instance follows PostgreSQL", func() error {
+		if n := sessions(); n != 3 {
+			return fmt.Errorf("%d registry sessions", n)
+		}
+		return nil
+	})
+	local := time.Now()
+	garbage()
+	// The follower writes the copy again, and vouches for it.
+	var saved map[string]string
+	g.wait(10*time.Second, "a genuine copy", func() error {
+		var err error
+		saved, err = g.rdb.HGetAll(ctx, key).Result()
+		if err != nil || saved["head"] == "garbage" || saved["v"] == "" {
+			return fmt.Errorf("head %.20q, %v", saved["head"], err)
+		}
+		return nil
+	})
+	// Vouched for since the readers went local, and still fresh (within
+	// a lease) when their hold ends: the change comes after.
+	time.Sleep(time.Until(local.Add(relayHold - relayLease/2)))
+	saved, err := g.rdb.HGetAll(ctx, key).Result()
+	if err != nil || saved["head"] == "garbage" {
+		t.Fatalf("the copy: head %.20q, %v", saved["head"], err)
+	}
+	savedLog, err := g.rdb.ZRangeWithScores(ctx, logKey, 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.unhealthy(0, attackNodes)
+	stop := repeat(t, 0, func(int) {
+		g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, key, logKey)
+			p.HSet(ctx, key, saved)
+			p.ZAdd(ctx, logKey, savedLog...)
+			p.Publish(ctx, g.prefix+"registry", saved["v"])
+			return nil
+		})
+	})
+	for end := time.Now().Add(relayHold + 3*time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if err := answersExactly(g.fleetNow(), attackNodes[1:]); err != nil {
+			t.Fatalf("while a copy older than the readers' own read is replayed: %v", err)
+		}
+	}
+	stop()
+	g.wait(relayHold+10*time.Second, "the readers read the copy again", func() error {
+		if n := sessions(); n != 1 {
+			return fmt.Errorf("%d registry sessions", n)
+		}
+		return answersExactly(g.fleetNow(), attackNodes[1:])
+	})
+}
