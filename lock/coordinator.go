@@ -126,8 +126,10 @@ type Observer interface {
 // (see Run). While Redis does not answer (its calls have kept failing for
 // two cycles, see failed), every target is probed here (ModeLocal); when it
 // answers again, leases are taken again after a cycle and the stagger
-// without probing them at once (their ticks stay spread), and every status
-// is read again once its holder has rewritten it.
+// without probing them at once (their ticks stay spread), the other live
+// members' targets are left to them (see leaveToOwners), and the statuses
+// of the targets no status since the return covers are read in pieces
+// once their holders have rewritten them (see rejoinPiece).
 type Coordinator struct {
 	cfg    Config
 	b      bounds
@@ -154,10 +156,13 @@ type Coordinator struct {
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
-	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
+	failingSince time.Time                  // when the first failure of the current failure streak came (see failed)
+	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
-	resyncAt     time.Time                  // a read of every status is due (after a return)
+	resyncAt     time.Time                  // the next piece of the rejoin's reads is due (after a return, see rejoinPiece)
+	rejoinRead   map[string]time.Time       // when the rejoin's reads last read each target
+	rejoinEnd    time.Time                  // the rejoin's reads end then at the latest
 	safetyAt     time.Time                  // the next read of every status as a safety net
 	feeds        map[string]*feed           // what each holder published and what was heard of it
 	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
@@ -200,6 +205,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		return nil, err
 	}
 	l.secret, l.name = cfg.Secret, printable.Cut(cfg.Name, maxMemberName)
+	l.lat.most = b.callTimeout()
 	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
 	if err != nil {
 		return nil, err
@@ -583,6 +589,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 	case errors.Is(err, errContended):
 		// Someone without the lease keeps moving the stored version:
 		// the next probe writes again. Redis answers: no local mode.
+		c.answered()
 		c.rlog.Logf("contended", "%v", err)
 	case err != nil:
 		// One failed write is not an outage: it counts toward the
@@ -593,6 +600,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 		// frozen), or anyone overwrote it: its holder's status counts,
 		// not ours, and this instance probes the target itself until a
 		// covering status comes (see covered).
+		c.answered()
 		if c.held[t.Key] {
 			delete(c.held, t.Key)
 			c.rlog.Logf("lease lost", "lease of %s lost to another instance", t.Key)
@@ -600,6 +608,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 			c.signal()
 		}
 	default:
+		c.answered()
 		c.writtenBy[t.Key] = true
 		if w.published {
 			c.published[t.Key] = p
@@ -761,6 +770,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 	var kick []string
 	c.mu.Lock()
+	c.answered()
 	for _, k := range p.release {
 		delete(c.held, k)
 	}
@@ -857,15 +867,16 @@ type ownership struct {
 func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
 	var p tendPlan
-	c.failingSince, c.cause = time.Time{}, nil // Redis answers: a streak of failures ends
+	c.answered()
 	rejoin := false
 	if c.mode != ModeCoordinated {
 		if c.mode == ModeLocal {
 			// A return: statuses stored before it may predate the
 			// outage. Trust them only once published again (a
 			// holder's first write after taking its lease back is),
-			// or rewritten, which a read of every status after every
-			// holder has probed once will show (see reads).
+			// or rewritten, which the rejoin's reads of the targets
+			// still not covered show, once every holder has probed
+			// once (see rejoinPiece).
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
 			for k, r := range c.remote {
@@ -873,6 +884,8 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 				c.remote[k] = r
 			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
+			c.rejoinEnd = c.resyncAt.Add(c.b.rejoinReads())
+			c.rejoinRead = map[string]time.Time{}
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
 			// The fleet comes back at once: its members first (after
 			// an outage longer than a membership, Redis holds none),
@@ -901,6 +914,9 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.memberList = members
 		c.rank = next.rank
 		c.setOwners(next.owners)
+	}
+	if rejoin {
+		c.leaveToOwners()
 	}
 	c.offset = time.Until(m.Now)
 	p.read = c.noteMarks(m, rejoin || c.subscribed)
