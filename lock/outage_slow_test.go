@@ -76,14 +76,7 @@ func TestCoordinatorSlowCallNoOutage(t *testing.T) {
 	}
 	t.Cleanup(func() { srv.Thaw() })
 	bound := 4*cycle + MaxCallTimeout
-	eventually(t, bound+5*time.Second, "every instance local with Redis frozen", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeLocal {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, bound+5*time.Second, "every instance local with Redis frozen", f.allIn(ModeLocal))
 	for i, m := range f.modes {
 		l := m.wentLocal()
 		took := l[len(l)-1].Sub(frozen)

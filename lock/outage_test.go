@@ -150,6 +150,19 @@ func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []heal
 }
 
 // probesBetween counts the probes started in [from, to) per bucket.
+// allIn reports whether every instance of the fleet is in mode m: a
+// condition for eventually.
+func (f *outageFleet) allIn(m string) func() bool {
+	return func() bool {
+		for _, in := range f.ins {
+			if in.coord.Mode() != m {
+				return false
+			}
+		}
+		return true
+	}
+}
+
 func (f *outageFleet) probesBetween(from, to time.Time, bucket time.Duration) []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -215,14 +228,7 @@ func TestCoordinatorOutageStreak(t *testing.T) {
 	stopped := time.Now() // calls fail from when Stop begins
 	srv.Stop()
 	bound := 4*outageCycle + MaxCallTimeout
-	eventually(t, bound+5*time.Second, "every instance local with Redis stopped", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeLocal {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, bound+5*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
 	for i, m := range f.modes {
 		l := m.wentLocal()
 		took := l[0].Sub(stopped)
@@ -279,14 +285,7 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	}
 	stopped := time.Now() // calls fail from when Stop begins
 	srv.Stop()
-	eventually(t, 10*time.Second, "every instance local with Redis stopped", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeLocal {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
 	var last time.Time
 	for _, m := range f.modes {
 		if at := m.wentLocal()[0]; at.After(last) {

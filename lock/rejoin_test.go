@@ -31,14 +31,7 @@ func TestCoordinatorRejoinUnderLoad(t *testing.T) {
 	targets := targetsOn(t, n)
 	f := startOutageFleet(t, srv, 3, targets, interval)
 	srv.Stop()
-	eventually(t, 10*time.Second, "every instance local with Redis stopped", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeLocal {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
 	local := time.Now()
 	eventually(t, 10*time.Second, "two intervals in local mode", func() bool { return time.Since(local) > 2*interval })
 	if err := srv.Start(); err != nil {

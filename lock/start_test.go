@@ -116,28 +116,14 @@ func TestCoordinatorRejoinProbeRamp(t *testing.T) {
 	targets := targetsOn(t, n)
 	f := startOutageFleet(t, srv, 3, targets, interval)
 	srv.Stop()
-	eventually(t, 10*time.Second, "every instance local with Redis stopped", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeLocal {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 10*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
 	local := time.Now()
 	eventually(t, 10*time.Second, "two intervals in local mode", func() bool { return time.Since(local) > 2*interval })
 	if err := srv.Start(); err != nil {
 		t.Fatal(err)
 	}
 	back := time.Now()
-	eventually(t, 20*time.Second, "every instance coordinated again", func() bool {
-		for _, in := range f.ins {
-			if in.coord.Mode() != ModeCoordinated {
-				return false
-			}
-		}
-		return true
-	})
+	eventually(t, 20*time.Second, "every instance coordinated again", f.allIn(ModeCoordinated))
 	rejoined := time.Since(back)
 	end := back.Add(4 * interval)
 	eventually(t, 20*time.Second, "four intervals since Redis came back", func() bool { return time.Now().After(end.Add(outageTimeout)) })
