@@ -126,10 +126,8 @@ type Observer interface {
 // (see Run). While Redis does not answer (its calls have kept failing for
 // two cycles, see failed), every target is probed here (ModeLocal); when it
 // answers again, leases are taken again after a cycle and the stagger
-// without probing them at once (their ticks stay spread), the other live
-// members' targets are left to them (see leaveToOwners), and the statuses
-// of the targets no status since the return covers are read in pieces
-// once their holders have rewritten them (see rejoinPiece).
+// without probing them at once (their ticks stay spread), and every status
+// is read again once its holder has rewritten it.
 type Coordinator struct {
 	cfg    Config
 	b      bounds
@@ -160,9 +158,7 @@ type Coordinator struct {
 	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
-	resyncAt     time.Time                  // the next piece of the rejoin's reads is due (after a return, see rejoinPiece)
-	rejoinRead   map[string]time.Time       // when the rejoin's reads last read each target
-	rejoinEnd    time.Time                  // the rejoin's reads end then at the latest
+	resyncAt     time.Time                  // a read of every status is due (after a return)
 	safetyAt     time.Time                  // the next read of every status as a safety net
 	feeds        map[string]*feed           // what each holder published and what was heard of it
 	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
@@ -874,9 +870,8 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// A return: statuses stored before it may predate the
 			// outage. Trust them only once published again (a
 			// holder's first write after taking its lease back is),
-			// or rewritten, which the rejoin's reads of the targets
-			// still not covered show, once every holder has probed
-			// once (see rejoinPiece).
+			// or rewritten, which a read of every status after every
+			// holder has probed once will show (see reads).
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
 			for k, r := range c.remote {
@@ -884,8 +879,6 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 				c.remote[k] = r
 			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
-			c.rejoinEnd = c.resyncAt.Add(c.b.rejoinReads())
-			c.rejoinRead = map[string]time.Time{}
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
 			// The fleet comes back at once: its members first (after
 			// an outage longer than a membership, Redis holds none),
@@ -914,9 +907,6 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.memberList = members
 		c.rank = next.rank
 		c.setOwners(next.owners)
-	}
-	if rejoin {
-		c.leaveToOwners()
 	}
 	c.offset = time.Until(m.Now)
 	p.read = c.noteMarks(m, rejoin || c.subscribed)

@@ -143,9 +143,8 @@ func (c *Coordinator) reached(f *feed) {
 // noteMarks applies the live members' watermarks a heartbeat read, and
 // reports whether a gap was found (see feed). When fresh, nothing is found
 // missing: after a return every status stored before it is distrusted
-// until heard, or read again once rewritten, and the rejoin's reads of
-// the targets still not covered find whatever was published meanwhile
-// (see rejoinPiece); after a subscription read every stored status,
+// until read again once rewritten, and that read finds whatever was
+// published meanwhile; after a subscription read every stored status,
 // what was published before it is in what it read, and what was
 // published since comes as messages (a member whose watermark is missing
 // or refused this time has its next one count so). Feeds of holders that
@@ -252,9 +251,10 @@ func (c *Coordinator) readPast(marks map[string]uint64, at int64) {
 }
 
 // beforeResync is asked before the subscription reads every stored
-// status (at each subscription): not in local mode, nor during the
-// rejoin's reads after a return (see rejoinPiece), when it notes the
-// holders' watermarks the read will reach.
+// status (at each subscription): not in local mode, nor after a return
+// (a read of its own follows once the holders have rewritten their
+// statuses, see reads), when it notes the holders' watermarks the read
+// will reach.
 func (c *Coordinator) beforeResync() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()

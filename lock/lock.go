@@ -75,9 +75,7 @@
 // left to its new owner for a handoff, so that neither a start nor a
 // member coming or going has every instance probe what moved; coming back
 // after an outage, an instance takes its leases again without probing
-// them at once, leaves the other members' targets to them, and reads the
-// statuses no status since the return covers in paced pieces of a round
-// trip, rather than waiting for one read of every status.
+// them at once.
 //
 // It knows nothing of DNS: keys are opaque to it.
 package lock

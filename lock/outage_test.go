@@ -16,12 +16,11 @@ import (
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
-// modes is an Observer that notes when a coordinator went local and
-// when it coordinated, and counts its status writes Redis took.
+// modes is an Observer that notes when a coordinator went local, and
+// counts its status writes Redis took.
 type modes struct {
 	mu     sync.Mutex
 	locals []time.Time
-	backs  []time.Time
 	wrote  atomic.Int64
 }
 
@@ -35,23 +34,11 @@ func (m *modes) Write(ok, _ bool) {
 	}
 }
 func (m *modes) Mode(mode string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
 	if mode == ModeLocal {
+		m.mu.Lock()
+		defer m.mu.Unlock()
 		m.locals = append(m.locals, time.Now())
-	} else {
-		m.backs = append(m.backs, time.Now())
 	}
-}
-
-// coordinated returns when the coordinator last began coordinating.
-func (m *modes) coordinated() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if len(m.backs) == 0 {
-		return time.Time{}
-	}
-	return m.backs[len(m.backs)-1]
 }
 
 func (m *modes) wentLocal() []time.Time {

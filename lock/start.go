@@ -168,25 +168,6 @@ func (c *Coordinator) deferred(key string) bool {
 	return ok && time.Now().Before(until)
 }
 
-// leaveToOwners leaves, after a return, each target the fleet gives to
-// another live member to it until that member has taken its lease back (a
-// cycle and its stagger after its own return), probed it at its tick (an
-// interval and a probe) and its status was heard, a cycle more (see
-// deferred). Every instance of a fleet comes back at once, each probing
-// every target as in local mode, and none covered yet by a status written
-// since the return: each went on probing them all until it heard or read
-// their holders' statuses. It probes its own share meanwhile, and answers
-// the others from what it found in local mode (see view). c.mu is held.
-func (c *Coordinator) leaveToOwners() {
-	until := time.Now().Add(2*c.b.cycle + c.b.handoff())
-	me := c.Token()
-	for k, o := range c.owners {
-		if o != me && c.members[o] && c.handoffs[k].Before(until) {
-			c.handoffs[k] = until
-		}
-	}
-}
-
 // dropHandoffs forgets the handoffs that are over, and those of keys that
 // are no targets. c.mu is held.
 func (c *Coordinator) dropHandoffs() {
