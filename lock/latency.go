@@ -8,8 +8,7 @@ import (
 
 // MaxCallTimeout bounds the deadline of a Leases call however slow Redis
 // has been: an instance must still notice, within a few seconds, a Redis
-// that does not answer at all. A Coordinator's calls are bounded further,
-// by half its outage window (see bounds.callTimeout).
+// that does not answer at all.
 const MaxCallTimeout = 2 * time.Second
 
 // Bounds of the adaptive deadline (see latency).
@@ -28,25 +27,19 @@ const (
 // once, a faster one lowers it by 1/latencyDecay of the difference. A call
 // that ran into its deadline counts with the time it was given, so that
 // the next one gets more. The deadline of the next call is latencyMargin
-// times the estimate, within [CallTimeout, most] (most is MaxCallTimeout
-// unless set lower): a Redis slowed by a loaded machine is given time
-// rather than taken for gone, and one that does not answer still costs at
-// most that per call.
+// times the estimate, within [CallTimeout, MaxCallTimeout]: a Redis slowed
+// by a loaded machine is given time rather than taken for gone, and one
+// that does not answer still costs at most MaxCallTimeout per call.
 type latency struct {
-	mu   sync.Mutex
-	est  time.Duration
-	most time.Duration // the longest deadline; 0 is MaxCallTimeout
+	mu  sync.Mutex
+	est time.Duration
 }
 
 // timeout is the deadline of the next call.
 func (l *latency) timeout() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	most := MaxCallTimeout
-	if l.most > 0 {
-		most = l.most
-	}
-	return min(max(CallTimeout, latencyMargin*l.est), max(most, CallTimeout))
+	return min(max(CallTimeout, latencyMargin*l.est), MaxCallTimeout)
 }
 
 // observe counts a call that took d.
