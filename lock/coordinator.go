@@ -76,6 +76,28 @@ type Config struct {
 	Logf func(format string, args ...any)
 	// Observer, when set, hears what the metrics count.
 	Observer Observer
+	// Passive: this instance never probes and holds nothing. It reads the
+	// members without joining them (nobody's owner, no lease taken), and
+	// its View is the holders' statuses as they last were, whether a
+	// live holder still vouches for them or not: while Redis does not
+	// answer (ModeLocal), the last ones read. Such an instance runs no
+	// checker (Claim would never let one probe).
+	Passive bool
+	// Segment, when set, names the part of the network whose instances
+	// share these checks (a zone or region, each with its own Prefix):
+	// it is inside each status's signature, so that a status written in
+	// one segment cannot be replayed into another, where the node it
+	// judges may not be reachable.
+	Segment string
+}
+
+// macKey is what a status of key is signed as: the key, and the segment
+// when there is one.
+func (cfg Config) macKey(key string) string {
+	if cfg.Segment == "" {
+		return key
+	}
+	return "segment " + cfg.Segment + "\x00" + key
 }
 
 // Observer hears what a Coordinator does. Its methods are called from
@@ -256,7 +278,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 // of the fleet does (vetStatus), by Redis's clock as this instance knows
 // it.
 func (c *Coordinator) vet(key string, v int64, b []byte) (status, error) {
-	return vetStatus(key, v, b, c.cfg.Secret, c.redisNow(), c.b.ttl)
+	return vetStatus(c.cfg.macKey(key), v, b, c.cfg.Secret, c.redisNow(), c.b.ttl)
 }
 
 // rejected counts and logs, at most once per kind per minute, a status
@@ -382,6 +404,17 @@ func (c *Coordinator) Mode() string {
 	return c.mode
 }
 
+// Members returns how many live members the last read of the fleet found
+// (none before the first, and none while Redis does not answer).
+func (c *Coordinator) Members() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.mode != ModeCoordinated {
+		return 0
+	}
+	return len(c.memberList)
+}
+
 // Held returns the keys whose leases this instance holds, sorted.
 func (c *Coordinator) Held() []string {
 	c.mu.Lock()
@@ -392,6 +425,9 @@ func (c *Coordinator) Held() []string {
 // Claim implements health.Shared: this instance probes t in local mode,
 // while it holds t's lease, and while no live holder's status covers t.
 func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
+	if c.cfg.Passive {
+		return false, health.Progress{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.probes(t.Key, t.Addr) {
@@ -567,7 +603,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 	}
 	w, err := c.leases.writeVersioned(c.writeCtx, t.Key, propose, func(v int64) []byte {
 		st.V = v
-		return encode(t.Key, st, c.cfg.Secret)
+		return encode(c.cfg.macKey(t.Key), st, c.cfg.Secret)
 	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl, Expect: expect})
 	v, ok := w.version, w.ok
 	st.V = v
@@ -794,7 +830,13 @@ func (c *Coordinator) tookTurn() {
 // heartbeat renews this instance's membership and reads the fleet's (see
 // Leases.Heartbeat), logging what it refused.
 func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
-	m, err := c.leases.Heartbeat(ctx, c.b.memberTTL, c.b.memberAhead())
+	read := c.leases.Heartbeat
+	if c.cfg.Passive {
+		read = func(ctx context.Context, _, ahead time.Duration) (Membership, error) {
+			return c.leases.Watch(ctx, ahead)
+		}
+	}
+	m, err := read(ctx, c.b.memberTTL, c.b.memberAhead())
 	for _, err := range m.Refused {
 		c.rlog.Logf("member "+refusalKind(err), "a member of the fleet ignored: %v", err)
 	}
@@ -881,6 +923,8 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			c.takeFrom = time.Now().Add(c.b.cycle + c.stagger())
 			c.quietUntil = c.takeFrom.Add(c.b.interval)
 			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
+		} else if c.cfg.Passive {
+			c.logf("Redis answers: following the fleet's statuses without probing, %d members", len(members))
 		} else {
 			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
 		}
@@ -1021,7 +1065,7 @@ func (c *Coordinator) leave() {
 	coordinated := c.mode == ModeCoordinated
 	clear(c.held)
 	c.mu.Unlock()
-	if !coordinated {
+	if !coordinated || c.cfg.Passive {
 		return
 	}
 	ctx := context.Background()

@@ -103,7 +103,7 @@ func (cfg Config) VetStatus(key string, version int64, stored []byte, now time.T
 	if err != nil {
 		return nil, err
 	}
-	st, err := vetStatus(key, version, stored, cfg.Secret, now.UnixMicro(), b.ttl)
+	st, err := vetStatus(cfg.macKey(key), version, stored, cfg.Secret, now.UnixMicro(), b.ttl)
 	if err != nil {
 		return nil, err
 	}

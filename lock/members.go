@@ -246,12 +246,47 @@ func (l *Leases) Heartbeat(ctx context.Context, ttl, ahead time.Duration) (Membe
 	if err != nil {
 		return Membership{}, fmt.Errorf("lock: heartbeat: %w", err)
 	}
+	return l.membership("heartbeat", res)
+}
+
+// watchScript reads what heartbeatScript returns, writing nothing: Redis's
+// clock, the live members (those whose entry lapses between now and
+// ARGV[1] ms ahead, at most ARGV[2]) and their watermarks. A key of
+// another type (anyone's write) reads as none.
+var watchScript = redis.NewScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local live = redis.pcall('ZRANGEBYSCORE', KEYS[1], now, now + tonumber(ARGV[1]), 'LIMIT', 0, tonumber(ARGV[2]))
+if type(live) ~= 'table' or live.err then live = {} end
+local marks = {}
+if #live > 0 then
+  marks = redis.pcall('HMGET', KEYS[2], unpack(live))
+  if type(marks) ~= 'table' or marks.err then marks = {} end
+end
+return {tonumber(t[1]) * 1000000 + tonumber(t[2]), live, marks}
+`)
+
+// Watch reads the fleet's live members, their watermarks and Redis's
+// clock as Heartbeat does, without joining: a passive instance (see
+// Config.Passive) follows the fleet's statuses and is nobody's owner.
+func (l *Leases) Watch(ctx context.Context, ahead time.Duration) (Membership, error) {
+	ctx, done := l.call(ctx)
+	defer done()
+	res, err := watchScript.Run(ctx, l.rdb, []string{membersKey(l.prefix), watermarksKey(l.prefix)}, ahead.Milliseconds(), maxMembers).Slice()
+	if err != nil {
+		return Membership{}, fmt.Errorf("lock: read the members: %w", err)
+	}
+	return l.membership("read the members", res)
+}
+
+// membership vets what heartbeatScript or watchScript returned.
+func (l *Leases) membership(what string, res []any) (Membership, error) {
 	if len(res) != 3 {
-		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
+		return Membership{}, fmt.Errorf("lock: %s: unexpected reply %v", what, res)
 	}
 	us, ok := res[0].(int64)
 	if !ok {
-		return Membership{}, fmt.Errorf("lock: heartbeat: unexpected reply %v", res)
+		return Membership{}, fmt.Errorf("lock: %s: unexpected reply %v", what, res)
 	}
 	m := Membership{Now: time.UnixMicro(us), Watermarks: map[string]uint64{}}
 	list, _ := res[1].([]any)

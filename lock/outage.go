@@ -93,7 +93,11 @@ func (c *Coordinator) goLocal() {
 	c.mode = ModeLocal
 	c.failingSince = time.Time{}
 	c.causeTold = !deadline(c.cause)
-	c.logf("Redis does not answer (%v): checking every backend locally until it does", c.cause)
+	if c.cfg.Passive {
+		c.logf("Redis does not answer (%v): answering the statuses last read until it does (a passive instance probes nothing)", c.cause)
+	} else {
+		c.logf("Redis does not answer (%v): checking every backend locally until it does", c.cause)
+	}
 	c.observe(func(o Observer) { o.Mode(ModeLocal) })
 	clear(c.held)
 	c.observeLeases()

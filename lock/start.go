@@ -60,7 +60,11 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		c.everyCycle(ctx, nil, func() { c.tend(ctx) })
 	})
 	c.awaitSynced(ctx)
-	c.awaitChecked(ctx)
+	if !c.cfg.Passive {
+		// A passive instance answers from what the fleet knows now: it
+		// probes nothing to wait for.
+		c.awaitChecked(ctx)
+	}
 	apply(c.view())
 	for {
 		select {
