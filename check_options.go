@@ -27,6 +27,13 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 				return c.ArgErr()
 			}
 			cfg.check = ""
+		case "passive":
+			if len(args) != 1 {
+				return c.Errf("check passive: takes no options: this instance probes nothing and follows the verdicts the fleet's probing instances share through Redis")
+			}
+			// Judged as check postgres judges: the statuses it follows
+			// carry the roles when the fleet probes with check postgres.
+			cfg.check, cfg.passive = checkPostgres, true
 		case checkTCP:
 			if len(args) != 1 {
 				return c.Errf("check tcp: takes no options (%q)", strings.Join(args[1:], " "))
@@ -44,7 +51,7 @@ func parseCheckOption(c *caddy.Controller, cfg *settings, opt string, args []str
 				cfg.checkOptions = args[1]
 			}
 		default:
-			return c.Errf("check: %q is not tcp, postgres or off", args[0])
+			return c.Errf("check: %q is not tcp, postgres, passive or off", args[0])
 		}
 	case "interval":
 		if err := setDuration(&cfg.interval, c, opt, args, minInterval, false); err != nil {

@@ -49,7 +49,7 @@ func TestSetupCheckOptions(t *testing.T) {
 				t.Error("check off")
 			}
 		}},
-		{block("check http"), `check: "http" is not tcp, postgres or off`, nil},
+		{block("check http"), `check: "http" is not tcp, postgres, passive or off`, nil},
 		{block("check"), "Wrong argument count", nil},
 		{block("check tcp user=x"), "check tcp: takes no options", nil},
 		{block(`check postgres "host=db user=x"`), "host: host and port come from the registry", nil},

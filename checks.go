@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,18 +25,36 @@ import (
 type checks struct {
 	cfg *settings
 	h   *handover
-	c   *health.Checker
-	// coord and rdb are the fleet's, with redis; nil without.
+	// c probes; nil for a passive instance (check passive).
+	c *health.Checker
+	// coord and rdb are the fleet's, with redis; nil without. With
+	// check_scope zone or region, coord is this instance's segment's.
 	coord *lock.Coordinator
 	rdb   redis.UniversalClient
+	// sg, with check_scope zone or region, answers each segment's
+	// clients with its verdicts; the segments it follows are under fmu.
+	sg      *segmentation
+	fmu     sync.Mutex
+	ctx     context.Context // of start: the followed segments' too
+	wg      sync.WaitGroup  // the followed segments' coordinators
+	targets []health.Target
+	follows []*lock.Coordinator
+	stopped bool // the checks stopped: no segment is followed any more
 }
 
 // newChecks makes the health checks of cfg.
 func newChecks(cfg *settings) (*checks, error) {
 	zone := cfg.zones[0]
+	var segProbes prometheus.Counter
+	if cfg.segmented() {
+		segProbes = segmentProbes.WithLabelValues(zone, cfg.home())
+	}
 	hc := cfg.healthConfig(func(check, cause string, d time.Duration) {
 		probes.WithLabelValues(zone, check, cause).Inc()
 		probeDuration.WithLabelValues(zone, check).Observe(d.Seconds())
+		if segProbes != nil {
+			segProbes.Inc()
+		}
 	})
 	sessions := checkSessions.WithLabelValues(zone)
 	hc.ObserveSession = func(delta int) { sessions.Add(float64(delta)) }
@@ -56,20 +75,15 @@ func newChecks(cfg *settings) (*checks, error) {
 	if err != nil {
 		return nil, err
 	}
-	coord, err := lock.NewCoordinator(rdb, lock.Config{
-		Prefix:   cfg.redisPrefix,
-		Interval: cfg.interval,
-		Timeout:  cfg.timeout,
-		Secret:   cfg.redisSecret,
-		Token:    cfg.token,
-		Name:     cfg.instance,
-		WAL:      cfg.judgesLag(),
-		Logf:     redisLogf(rediserr.Watch(rdb)),
-		Observer: fleetObserver{zone},
-	})
+	coord, err := lock.NewCoordinator(rdb, cfg.lockConfig(cfg.home(), cfg.passive, redisLogf(rediserr.Watch(rdb)), fleetObserver{zone}))
 	if err != nil {
 		rdb.Close()
 		return nil, err
+	}
+	ch.coord, ch.rdb = coord, rdb
+	if cfg.passive {
+		// No checker: nothing here ever probes a node.
+		return ch, nil
 	}
 	hc.Shared = coord
 	c, err := health.New(hc)
@@ -78,8 +92,61 @@ func newChecks(cfg *settings) (*checks, error) {
 		return nil, err
 	}
 	coord.SetProbeNow(c.ProbeNow)
-	ch.c, ch.coord, ch.rdb = c, coord, rdb
+	ch.c = c
 	return ch, nil
+}
+
+// lockConfig is the coordinator's configuration for segment seg ("": the
+// fleet's), passive or probing.
+func (s *settings) lockConfig(seg string, passive bool, logf func(string, ...any), o lock.Observer) lock.Config {
+	return lock.Config{
+		Prefix:   s.segmentPrefix(seg),
+		Segment:  seg,
+		Passive:  passive,
+		Interval: s.interval,
+		Timeout:  s.timeout,
+		Secret:   s.redisSecret,
+		Token:    s.token,
+		Name:     s.instance,
+		WAL:      s.judgesLag(),
+		Logf:     logf,
+		Observer: o,
+	}
+}
+
+// follow starts following the verdicts of segment seg, passing each View
+// to apply, until the checks stop; it returns the count of the segment's
+// live probers, and whether Redis answers (see probers).
+func (ch *checks) follow(seg string, apply func(health.View)) func() (int, bool) {
+	logf := redisLogf(rediserr.Watch(ch.rdb))
+	coord, err := lock.NewCoordinator(ch.rdb, ch.cfg.lockConfig(seg, true, func(format string, args ...any) {
+		if strings.HasPrefix(format, "Redis ") {
+			// Redis answers, or does not: the home coordinator says so,
+			// once for every segment (see segmentation.mix).
+			return
+		}
+		logf(seg+": "+format, args...)
+	}, nil))
+	if err != nil {
+		// The fleet's options made the home coordinator: only a bug gets here.
+		log.Errorf("Health checks: cannot follow %s: %v", seg, err)
+		return func() (int, bool) { return 0, false }
+	}
+	ch.fmu.Lock()
+	defer ch.fmu.Unlock()
+	if ch.ctx == nil || ch.stopped {
+		return func() (int, bool) { return 0, false }
+	}
+	coord.SetTargets(ch.targets)
+	ch.follows = append(ch.follows, coord)
+	ch.wg.Go(func() { coord.Run(ch.ctx, apply) })
+	return probers(coord)
+}
+
+// probers is a coordinator's count of live probers and whether Redis
+// answers it (a count of none is then news: nobody probes there).
+func probers(c *lock.Coordinator) func() (int, bool) {
+	return func() (int, bool) { return c.Members(), c.Mode() == lock.ModeCoordinated }
 }
 
 // waitView reports whether the first snapshot waits for the first View:
@@ -94,6 +161,15 @@ func (ch *checks) setTargets(ts []health.Target) {
 	ch.h.setTargets(ts)
 	if ch.coord != nil {
 		ch.coord.SetTargets(ts)
+	}
+	ch.fmu.Lock()
+	ch.targets = ts
+	for _, f := range ch.follows {
+		f.SetTargets(ts)
+	}
+	ch.fmu.Unlock()
+	if ch.c == nil {
+		return
 	}
 	ch.c.SetProbeBudget(ch.cfg.probeBudgetFor(len(ts)))
 	ch.c.SetTargets(ts)
@@ -119,13 +195,35 @@ func (ch *checks) start(ctx context.Context, publish func(health.View)) <-chan s
 	// pgclusterctl status): say which host it is.
 	redisMember.DeletePartialMatch(prometheus.Labels{"zone": zone})
 	redisMember.WithLabelValues(zone, ch.coord.Token()).Set(1)
-	log.Infof("Redis: this instance is fleet member %s (%s); its full token is %s", short(ch.coord.Token()), ch.cfg.instance, ch.coord.Token())
+	switch {
+	case ch.cfg.passive:
+		log.Infof("Redis: this instance (%s) probes nothing and answers from the verdicts of the fleet's probing instances (check passive)", ch.cfg.instance)
+	case ch.cfg.segmented():
+		log.Infof("Redis: this instance is member %s (%s) of %s's probers; its full token is %s", short(ch.coord.Token()), ch.cfg.instance, ch.cfg.home(), ch.coord.Token())
+	default:
+		log.Infof("Redis: this instance is fleet member %s (%s); its full token is %s", short(ch.coord.Token()), ch.cfg.instance, ch.coord.Token())
+	}
+	ch.fmu.Lock()
+	ch.ctx = ctx
+	ch.fmu.Unlock()
+	if ch.sg != nil {
+		publish = ch.sg.setHome
+		if ch.c == nil {
+			ch.sg.homeMembers = probers(ch.coord)
+		}
+	}
 	ch.h.start(ctx, publish, carryFor(ch.cfg))
 	var wg sync.WaitGroup
-	wg.Go(func() { ch.c.Run(ctx, nil) }) // the coordinator's View is the one answered from
+	if ch.c != nil {
+		wg.Go(func() { ch.c.Run(ctx, nil) }) // the coordinator's View is the one answered from
+	}
 	wg.Go(func() { ch.coord.Run(ctx, ch.h.setView) })
 	go func() {
 		wg.Wait()
+		ch.fmu.Lock() // no segment is followed after this
+		ch.follows, ch.stopped = nil, true
+		ch.fmu.Unlock()
+		ch.wg.Wait()
 		ch.rdb.Close()
 		close(done)
 	}()

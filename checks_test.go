@@ -310,7 +310,7 @@ func TestCheckProbeBudget(t *testing.T) {
 func runChecks(t *testing.T, set *settings) *publisher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	pb, done, err := startPublisher(ctx, set)
+	pb, _, done, err := startPublisher(ctx, set)
 	if err != nil {
 		t.Fatal(err)
 	}

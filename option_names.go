@@ -15,6 +15,7 @@ var optionNames = []string{
 	"relay", "relay_grace",
 	"ns", "soa",
 	"topology", "min_local",
+	"location", "check_scope", "probe_source",
 	"fallthrough",
 }
 

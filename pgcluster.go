@@ -40,6 +40,9 @@ type PgCluster struct {
 	topology string
 	minLocal int
 	topo     *topologyCounters
+	// segs, with check_scope zone or region, holds each segment's
+	// snapshot: a client is answered from its segment's (nil otherwise).
+	segs *segmentation
 }
 
 var _ plugin.Handler = (*PgCluster)(nil)
@@ -81,8 +84,9 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	if snap == nil {
 		return dns.RcodeServerFailure, errNotLoaded
 	}
-	var ask *asker
-	if p.topologyOn() {
+	var ask, placed *asker
+	var seg *segment
+	if p.topologyOn() || p.segs != nil {
 		ecs, err := queryECS(r)
 		if err != nil {
 			p.topo.ecsError.Inc()
@@ -91,9 +95,21 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 		if ecs != nil {
 			p.topo.ecsAnswered.Inc()
 		}
-		ask = newAsker(state, ecs, snap.places)
+		placed = newAsker(state, ecs, snap.places)
+		if p.segs != nil {
+			// The client's segment's verdicts: its answer depends on
+			// where it is, whatever topology does with it.
+			var s *snapshot
+			if s, seg = p.segs.forPlace(placed.place); s != nil {
+				snap = s
+			}
+			placed.dependent = true
+		}
 		if qname == under(labelClient, zone) {
-			return p.serveClient(w, r, state, ask, snap), nil
+			return p.serveClient(w, r, state, placed, seg, snap), nil
+		}
+		if p.topologyOn() {
+			ask = placed
 		}
 	}
 	e, al, prefix := snap.lookup(qname, zone)
@@ -109,9 +125,9 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	m.Rcode = p.answer(m, &b, snap, qname, e, al, prefix, state.QType())
 	if ask != nil {
 		p.countPlaced(ask)
-		if ask.ecs != nil {
-			replyECS(m, ask, false)
-		}
+	}
+	if placed != nil && placed.ecs != nil {
+		replyECS(m, placed, false)
 	}
 	// A UDP client that got part of the records may ask again over TCP.
 	m.Truncated = b.partial && b.udp
@@ -129,12 +145,16 @@ func (p *PgCluster) topologyOn() bool { return p.topology != "" && p.topology !=
 
 // serveClient answers _client.<zone>: its TXT record says where this
 // instance places the asker; any other type, NODATA.
-func (p *PgCluster) serveClient(w dns.ResponseWriter, r *dns.Msg, state request.Request, ask *asker, snap *snapshot) int {
+func (p *PgCluster) serveClient(w dns.ResponseWriter, r *dns.Msg, state request.Request, ask *asker, seg *segment, snap *snapshot) int {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.Authoritative = true
 	if state.QType() == dns.TypeTXT {
-		m.Answer = []dns.RR{clientTXT(m.Question[0].Name, 0, ask, snap.places)}
+		t := clientTXT(m.Question[0].Name, 0, ask, snap.places)
+		if p.segs != nil {
+			t.Txt = append(t.Txt, p.segs.clientChecks(seg)...)
+		}
+		m.Answer = []dns.RR{t}
 	} else {
 		m.Ns = []dns.RR{copyRR(snap.parts[p.zoneOf(state.Name())].self.apex.soa)}
 	}

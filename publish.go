@@ -53,6 +53,33 @@ type publisher struct {
 	selfMissing map[string]bool
 	// holds are the primaries primary. holds (primary_hold.go).
 	holds holds
+	// quiet: a segment's publisher (segmentation), which reports nothing:
+	// the home one logs and counts the zone's changes.
+	quiet bool
+	// after, when set, hears each rows update once applied (with mu
+	// released): the segments' publishers apply it too.
+	after func(rowsUpdate)
+}
+
+// places is the client networks' places of the last snapshot built
+// (stored or held back until the first verdicts); nil before any.
+func (pb *publisher) places() *placeMap {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	if pb.cur == nil {
+		return nil
+	}
+	return pb.cur.places
+}
+
+// fork returns a quiet publisher that answers what pb answers, rows and
+// all, until it is given verdicts of its own: a segment's (segmentation).
+// It shows no snapshot before its first setView.
+func (pb *publisher) fork() *publisher {
+	pb.mu.Lock()
+	defer pb.mu.Unlock()
+	return &publisher{set: pb.set, quiet: true, waitView: true,
+		rows: pb.rows, cur: pb.cur, loadedAt: pb.loadedAt, version: pb.version}
 }
 
 // newPublisher makes the publisher of set's zone. targets is the checks'
@@ -74,6 +101,9 @@ func (pb *publisher) applyAt(u rowsUpdate) {
 		seq = pb.built
 	}
 	pb.mu.Unlock()
+	if pb.after != nil {
+		defer pb.after(u)
+	}
 	if seq == 0 {
 		return
 	}
@@ -91,7 +121,9 @@ func (pb *publisher) setView(v health.View) {
 	pb.mu.Lock()
 	defer pb.mu.Unlock()
 	pb.waitView = false
-	reportView(pb.set.zones[0], v)
+	if !pb.quiet {
+		reportView(pb.set.zones[0], v)
+	}
 	pb.change(change{view: v, viewSet: true})
 }
 
@@ -139,6 +171,9 @@ func (pb *publisher) change(ch change) *snapshot {
 	}
 	s.setSerial(serial, pb.set.ttl)
 	pb.snap.Store(s)
+	if pb.quiet {
+		return s
+	}
 	loadTime.WithLabelValues(pb.set.zones[0]).Set(float64(s.loadedAt.UnixNano()) / 1e9)
 	pb.report(prev, s)
 	return s

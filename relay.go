@@ -248,7 +248,11 @@ func (r *relay) run(ctx context.Context) {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watch(wctx) })
-	wg.Go(func() { r.identify(wctx) })
+	if !r.set.passive {
+		// A passive instance reaches no database: it knows the registry
+		// by database and zones only.
+		wg.Go(func() { r.identify(wctx) })
+	}
 	defer func() {
 		stopWatch()
 		wg.Wait()
@@ -273,7 +277,7 @@ func (r *relay) run(ctx context.Context) {
 				t.Reset(r.nextTick())
 				continue
 			}
-			take := time.Now().After(r.leaveBy)
+			take := time.Now().After(r.leaveBy) && !r.set.passive
 			polls.Go(func() {
 				p, err := r.rc.Poll(ctx, take, relayLease)
 				r.polls <- relayPoll{p, err}
@@ -721,6 +725,10 @@ func (r *relay) goLocal(err error, now time.Time) {
 	if r.role == roleLocal {
 		return
 	}
+	if r.set.passive {
+		r.stayPassive(err)
+		return
+	}
 	log.Warningf("Registry relay: %v: following PostgreSQL here until Redis serves a copy again", err)
 	r.goLocalQuiet(now)
 }
@@ -728,6 +736,10 @@ func (r *relay) goLocal(err error, now time.Time) {
 // goLocalQuiet is goLocal, its line logged by the caller.
 func (r *relay) goLocalQuiet(now time.Time) {
 	if r.role == roleLocal {
+		return
+	}
+	if r.set.passive {
+		r.stayPassive(errors.New("the registry copy is not fit to serve"))
 		return
 	}
 	if r.role == roleFollower && r.follow != nil {
@@ -738,6 +750,13 @@ func (r *relay) goLocalQuiet(now time.Time) {
 		r.startFollowing()
 	}
 	r.written, r.back = false, now
+}
+
+// stayPassive is goLocal for a passive instance (check passive), which
+// reaches no database: it keeps serving the registry as last read from
+// Redis, and reads it from there again as soon as it can.
+func (r *relay) stayPassive(err error) {
+	r.warn.Logf("passive", "Registry relay: %v: serving the registry as last read from Redis (version %d) until Redis serves a copy again: a passive instance reaches no database", err, r.st.Version)
 }
 
 func (r *relay) redisOK(now time.Time) {
@@ -774,6 +793,8 @@ func (r *relay) redisFailed(err error) {
 	case r.role == roleFollower || r.role == "":
 		r.goLocal(err, time.Time{})
 	case r.fails < relayFailures:
+	case r.set.passive:
+		r.stayPassive(err)
 	case r.role == roleReader && r.hasRows && r.distrust.IsZero() && r.set.relayGrace > 0:
 		r.ride(err)
 	default:

@@ -36,6 +36,16 @@ type settings struct {
 	// nodes a place needs for local to answer it alone.
 	topology string
 	minLocal int
+	// location is where this instance runs (location); checkScope
+	// whether the fleet (scopeFleet), each zone or each region keeps its
+	// own verdicts (check_scope); passive: this instance never probes and
+	// answers from the probing instances' statuses (check passive);
+	// probeSource: the local address probes are sent from (probe_source),
+	// invalid: the system's choice.
+	location    place
+	checkScope  string
+	passive     bool
+	probeSource netip.Addr
 
 	// Active health checks: off while check is "".
 	check        string // checkTCP or checkPostgres
@@ -131,6 +141,7 @@ func (s *settings) healthConfig(observe func(check, cause string, d time.Duratio
 	return health.Config{
 		Check:     s.check,
 		Options:   s.checkOptions,
+		Source:    s.probeSource,
 		Interval:  s.interval,
 		Timeout:   s.timeout,
 		Rise:      s.rise,

@@ -82,7 +82,13 @@ func setup(c *caddy.Controller) error {
 // DO and CD bits alone, and answers before pgcluster, so one client's
 // place would answer every client's.
 func cacheAgrees(cfg *settings, conf *dnsserver.Config) error {
-	if !cfg.topologyOn() || conf.Handler("cache") == nil {
+	if conf.Handler("cache") == nil {
+		return nil
+	}
+	if cfg.segmented() && !cfg.topologyOn() {
+		return fmt.Errorf("check_scope %s: the cache plugin of this server block answers before pgcluster and keys only on the name, type, class and DO/CD bits, so it would hand one %s's verdicts to every client; remove cache from the block, or set check_scope fleet", cfg.checkScope, cfg.checkScope)
+	}
+	if !cfg.topologyOn() {
 		return nil
 	}
 	return fmt.Errorf("topology %s: the cache plugin of this server block answers before pgcluster and keys only on the name, type, class and DO/CD bits, so it would hand one place's answer to every client; remove cache from the block, or set topology off", cfg.topology)
@@ -100,12 +106,12 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 		}
 		cfg.token = token
 	}
-	pb, done, err := startPublisher(ctx, cfg)
+	pb, sg, done, err := startPublisher(ctx, cfg)
 	if err != nil {
 		// parse validated every option: only a bug gets here.
 		log.Errorf("Health checks not started: %v", err)
 	}
-	p.pb, p.checksDone = pb, done
+	p.pb, p.segs, p.checksDone = pb, sg, done
 	key := storeKey(cfg.dsn, cfg.zones)
 	if cfg.relayOn() {
 		r, err := newRelay(cfg, pb, key)
@@ -130,16 +136,25 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 // their Views until ctx is done; done is closed once they have stopped
 // (nil without checks). When the checks cannot be made, the publisher
 // answers without them, and err says why.
-func startPublisher(ctx context.Context, cfg *settings) (pb *publisher, done <-chan struct{}, err error) {
+//
+// With check_scope zone or region, sg answers each segment's clients with
+// that segment's verdicts (nil otherwise).
+func startPublisher(ctx context.Context, cfg *settings) (pb *publisher, sg *segmentation, done <-chan struct{}, err error) {
 	if !cfg.checksOn() {
-		return newPublisher(cfg, nil, false), nil, nil
+		return newPublisher(cfg, nil, false), nil, nil, nil
 	}
 	ch, err := newChecks(cfg)
 	if err != nil {
-		return newPublisher(cfg, nil, false), nil, err
+		return newPublisher(cfg, nil, false), nil, nil, err
 	}
 	pb = newPublisher(cfg, ch.setTargets, ch.waitView())
-	return pb, ch.start(ctx, pb.setView), nil
+	if cfg.segmented() {
+		sg = newSegmentation(cfg, pb)
+		sg.follow = ch.follow
+		ch.sg = sg
+		pb.after = sg.rowsApplied
+	}
+	return pb, sg, ch.start(ctx, pb.setView), nil
 }
 
 // loaded is closed once the first rows are applied.
@@ -167,7 +182,7 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	cfg := &settings{ttl: defaultTTL, refresh: defaultRefresh, self: map[string]netip.Addr{},
 		interval: defaultInterval, timeout: defaultTimeout, rise: defaultRise, fall: defaultFall, allDown: allDownOpen,
 		splitBrain: splitBrainClosed, primaryHold: -1, relayGrace: defaultRelayGrace, probeBudget: probeBudgetDefault,
-		topology: topologyOff, minLocal: defaultMinLocal}
+		topology: topologyOff, minLocal: defaultMinLocal, checkScope: scopeFleet}
 	p := &PgCluster{}
 	i := 0
 	given := map[string]int{} // option → its line
@@ -205,6 +220,9 @@ func parse(c *caddy.Controller) (*PgCluster, *settings, error) {
 	}
 	if err := redisOptionsAgree(c, cfg, given); err != nil {
 		return nil, nil, err
+	}
+	if err := segmentOptionsAgree(cfg); err != nil {
+		return nil, nil, c.Err(err.Error())
 	}
 	p.Zones = cfg.zones
 	p.ttl = cfg.ttl
@@ -260,6 +278,8 @@ func parseOption(c *caddy.Controller, cfg *settings, p *PgCluster) error {
 		return parseApexOption(c, cfg, opt, args)
 	case "topology", "min_local":
 		return parseTopologyOption(c, cfg, opt, args)
+	case "location", "check_scope", "probe_source":
+		return parseSegmentOption(c, cfg, opt, args)
 	case "fallthrough":
 		for _, z := range args {
 			if why := badDomain(z); why != "" {

@@ -89,9 +89,9 @@ func New(cfg Config) (*Checker, error) {
 	c := &Checker{cfg: cfg, targets: map[string]Target{}, rate: cfg.ProbeBudget}
 	switch cfg.Check {
 	case CheckTCP:
-		c.probe = tcpProbe(cfg.Timeout)
+		c.probe = tcpProbe(cfg.Timeout, cfg.Source)
 	case CheckPostgres:
-		c.probe = postgresProbe(cfg.Options, cfg.Timeout)
+		c.probe = postgresProbe(cfg.Options, cfg.Timeout, cfg.Source)
 	}
 	return c, nil
 }

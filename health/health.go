@@ -140,7 +140,10 @@ type Config struct {
 	// sslmode=prefer"); hostaddr and target_session_attrs are refused too. The host is the target's
 	// IP address, so sslmode=verify-full needs certificates that name the IP address. Environment
 	// variables (PGUSER, PGPASSWORD, PGPASSFILE...) and the passfile apply as in libpq.
-	Options  string
+	Options string
+	// Source, when valid, is the local address probes are sent from (to
+	// targets of its family); invalid: the system's choice.
+	Source   netip.Addr
 	Interval time.Duration // default 2s
 	Timeout  time.Duration // default 1s
 	Rise     int           // default 2

@@ -32,9 +32,9 @@ FROM (SELECT pg_is_in_recovery() AS r) s`
 // role, WAL position, timeline and system identifier, close. The options are
 // parsed at every probe, as libpq does at every connect, so a changed
 // passfile or certificate is used from the next probe on.
-func postgresProbe(opts string, timeout time.Duration) probeFunc {
+func postgresProbe(opts string, timeout time.Duration, source netip.Addr) probeFunc {
 	return func(ctx context.Context, addr netip.AddrPort) result {
-		conn, res := pgConnect(ctx, opts, timeout, addr)
+		conn, res := pgConnect(ctx, opts, timeout, source, addr)
 		if conn == nil {
 			return res
 		}
@@ -56,9 +56,10 @@ func pgRead(ctx context.Context, conn *pgconn.PgConn) result {
 	return res
 }
 
-// pgConnect opens a session to addr with opts, connect_timeout timeout. On
-// failure it returns nil and the failed result.
-func pgConnect(ctx context.Context, opts string, timeout time.Duration, addr netip.AddrPort) (*pgconn.PgConn, result) {
+// pgConnect opens a session to addr with opts, connect_timeout timeout,
+// from source when valid (see dialer). On failure it returns nil and the
+// failed result.
+func pgConnect(ctx context.Context, opts string, timeout time.Duration, source netip.Addr, addr netip.AddrPort) (*pgconn.PgConn, result) {
 	host := addr.Addr().Unmap().String()
 	cfg, err := pgconn.ParseConfig(connString(opts, host, addr.Port()))
 	if err != nil {
@@ -66,9 +67,14 @@ func pgConnect(ctx context.Context, opts string, timeout time.Duration, addr net
 	}
 	cfg.ConnectTimeout = timeout
 	stage := stageNone
-	dial := cfg.DialFunc
+	dialNet := cfg.DialFunc
+	if source.IsValid() {
+		dialNet = func(ctx context.Context, network, address string) (net.Conn, error) {
+			return dial(ctx, timeout, source, addr.Addr(), network, address)
+		}
+	}
 	cfg.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
-		conn, err := dial(ctx, network, address)
+		conn, err := dialNet(ctx, network, address)
 		if err == nil {
 			stage = max(stage, stageDialed)
 		}

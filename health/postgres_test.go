@@ -98,7 +98,7 @@ func probe(opts string, timeout time.Duration, addr netip.AddrPort) (result, tim
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	began := time.Now()
-	r := postgresProbe(opts, timeout)(ctx, addr)
+	r := postgresProbe(opts, timeout, netip.Addr{})(ctx, addr)
 	return r, time.Since(began)
 }
 

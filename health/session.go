@@ -110,7 +110,7 @@ func (c *Checker) runSession(r *run, w *worker, s *session, wait time.Duration) 
 	}
 	s.start = time.Now()
 	connectCtx, cancel := context.WithTimeout(s.ctx, c.cfg.Timeout)
-	conn, _ := pgConnect(connectCtx, c.cfg.Options, c.cfg.Timeout, w.t.Addr)
+	conn, _ := pgConnect(connectCtx, c.cfg.Options, c.cfg.Timeout, c.cfg.Source, w.t.Addr)
 	if conn == nil {
 		cancel()
 		return // the probes of every Interval judge connecting

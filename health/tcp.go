@@ -9,9 +9,14 @@ import (
 
 // tcpProbe returns the tcp check: the connection is accepted within timeout,
 // then closed at once (an orderly close, so servers log nothing unusual).
-func tcpProbe(timeout time.Duration) probeFunc {
-	d := &net.Dialer{Timeout: timeout, KeepAlive: -1}
+// With source valid, probes go out from it (see dialer).
+func tcpProbe(timeout time.Duration, source netip.Addr) probeFunc {
+	plain := &net.Dialer{Timeout: timeout, KeepAlive: -1}
 	return func(ctx context.Context, addr netip.AddrPort) result {
+		d := plain
+		if source.IsValid() {
+			d = dialer(timeout, source, addr.Addr())
+		}
 		// Not d.DialTCP with a zero local address: that binds to port 0 before
 		// connecting, which takes an ephemeral port per connection for all
 		// destinations and runs out of them at a few thousand targets.

@@ -38,7 +38,11 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		if !c.causeTold && !deadline(c.cause) {
 			// Local mode began on a deadline: say now what is wrong.
 			c.causeTold = true
-			c.logf("Redis does not answer (%v): still checking every backend locally", c.cause)
+			if c.cfg.Passive {
+				c.logf("Redis does not answer (%v): still answering the statuses last read", c.cause)
+			} else {
+				c.logf("Redis does not answer (%v): still checking every backend locally", c.cause)
+			}
 		}
 		return
 	}
