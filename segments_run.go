@@ -46,7 +46,13 @@ type segmentation struct {
 	// byPlace is what ServeDNS reads: each segment's publisher by the
 	// place key (segmentKey) of its clients.
 	byPlace atomic.Pointer[map[place]*segment]
+	full    bool // maxSegments reached: said once
 }
+
+// maxSegments bounds the segments an instance follows: each is a Redis
+// subscription, a read of its members every half interval and a snapshot,
+// and pgcluster_networks is anyone's with write access to the registry.
+const maxSegments = 64
 
 // segment is one segment this instance follows.
 type segment struct {
@@ -113,6 +119,13 @@ func (sg *segmentation) rowsApplied(u rowsUpdate) {
 			continue
 		}
 		seg := sg.segs[name]
+		if seg == nil && len(sg.segs) >= maxSegments {
+			if !sg.full {
+				sg.full = true
+				log.Warningf("Health checks: pgcluster_networks names more than %d other %ss: the clients of %s and beyond are answered with this instance's %s's verdicts", maxSegments, sg.set.checkScope, name, sg.set.checkScope)
+			}
+			continue
+		}
 		if seg == nil {
 			seg = &segment{name: name, pub: sg.home.fork()}
 			seg.using.Store(usingLast)
