@@ -113,9 +113,30 @@ func (s *settings) home() string { return s.segmentOf(s.location) }
 // segmentPrefix is the Redis prefix of a segment's members, leases and
 // statuses: the fleet's, then the segment ("zone/REGION/ZONE:",
 // "region/REGION:"), so that each segment elects its own probers.
-func (s *settings) segmentPrefix(seg string) string {
+func (s *settings) segmentPrefix(seg string) string { return SegmentPrefix(s.redisPrefix, seg) }
+
+// SegmentPrefix is the Redis prefix of segment seg ("zone REGION/ZONE",
+// "region REGION"; "": the fleet's) of a fleet under prefix.
+func SegmentPrefix(prefix, seg string) string {
 	if seg == "" {
-		return s.redisPrefix
+		return prefix
 	}
-	return s.redisPrefix + strings.ReplaceAll(seg, " ", "/") + ":"
+	return prefix + strings.ReplaceAll(seg, " ", "/") + ":"
+}
+
+// ParseSegment reads a segment as _client's TXT shows it ("zone:REGION/ZONE",
+// "region:REGION") into its name ("zone REGION/ZONE").
+func ParseSegment(s string) (string, error) {
+	kind, rest, _ := strings.Cut(s, ":")
+	region, zone, hasZone := strings.Cut(rest, "/")
+	r, z, bad := checkPlace(region, zone)
+	switch {
+	case bad != "":
+		return "", errors.New(bad)
+	case kind == scopeZone && hasZone && r != "" && z != "":
+		return "zone " + r + "/" + z, nil
+	case kind == scopeRegion && !hasZone && r != "":
+		return "region " + r, nil
+	}
+	return "", fmt.Errorf("%q is not zone:REGION/ZONE or region:REGION", s)
 }

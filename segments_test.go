@@ -89,3 +89,16 @@ func TestMergeViews(t *testing.T) {
 		t.Errorf("one view: %v", got)
 	}
 }
+
+// A segment as _client's TXT and pgclusterctl -segment spell it.
+func TestParseSegment(t *testing.T) {
+	for in, want := range map[string]string{"zone:eu/EU-A": "zone eu/eu-a", "region:eu": "region eu", "zone:eu": "", "region:eu/a": "", "zone:eu/a_b": "", "world:eu": "", "": ""} {
+		got, err := ParseSegment(in)
+		if got != want || (err == nil) != (want != "") {
+			t.Errorf("ParseSegment(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if p := SegmentPrefix("pgcluster:x:", "zone eu/a"); p != "pgcluster:x:zone/eu/a:" {
+		t.Errorf("SegmentPrefix: %q", p)
+	}
+}

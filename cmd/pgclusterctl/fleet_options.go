@@ -22,6 +22,7 @@ type fleetOptions struct {
 	postgres string
 	redis    string
 	prefix   string
+	segment  string // -segment as parsed: "zone REGION/ZONE", "region REGION" or ""
 	secret   []byte
 	// checkInterval and checkTimeout are the fleet's interval and
 	// timeout: what it reads from Redis is vetted by the bounds an
@@ -39,6 +40,11 @@ func (o *fleetOptions) flags(fs *flag.FlagSet, redisUsage string) {
 	fs.StringVar(&o.postgres, "postgres", "", "the registry `DSN`, as the fleet's postgres option (required)")
 	fs.StringVar(&o.redis, "redis", "", "the fleet's redis `URL`, as its redis option: "+redisUsage+" (the fleet's redis_secret, if any, from $"+secretEnv+")")
 	fs.StringVar(&o.prefix, "prefix", "", "the fleet's redis_prefix (default: pgcluster:<zone>:, as the fleet's default)")
+	fs.Func("segment", "with check_scope zone or region: the `segment` whose probers' verdicts to read, as _client's TXT names it (zone:REGION/ZONE, region:REGION)", func(s string) error {
+		seg, err := pgcluster.ParseSegment(s)
+		o.segment = seg
+		return err
+	})
 	fs.DurationVar(&o.checkInterval, "check-interval", defaultCheckInterval, "the fleet's interval: with -redis, statuses, leases and members are vetted by the bounds it makes, as the instances vet them")
 	fs.DurationVar(&o.checkTimeout, "check-timeout", defaultCheckTimeout, "the fleet's timeout, as -check-interval")
 	fs.StringVar(&o.judge.Zone, "zone", defaultZone, "the first zone of the fleet's pgcluster block")
@@ -56,6 +62,8 @@ func (o *fleetOptions) finish() error {
 		return fmt.Errorf("-stale-after %v is negative", o.judge.StaleAfter)
 	case o.prefix != "" && o.redis == "":
 		return errors.New("-prefix needs -redis: it names the fleet's keys in Redis")
+	case o.segment != "" && o.redis == "":
+		return errors.New("-segment needs -redis: a segment's verdicts are in Redis")
 	case o.checkInterval <= 0 || o.checkTimeout <= 0:
 		return fmt.Errorf("-check-interval %v and -check-timeout %v must be positive: give the fleet's interval and timeout", o.checkInterval, o.checkTimeout)
 	}
@@ -85,7 +93,7 @@ func (o *fleetOptions) finish() error {
 // lockConfig is the fleet's coordination as its instances configure it:
 // what is read from Redis is vetted as they vet it.
 func (o fleetOptions) lockConfig() lock.Config {
-	return lock.Config{Prefix: o.prefix, Secret: o.secret, Interval: o.checkInterval, Timeout: o.checkTimeout}
+	return lock.Config{Prefix: pgcluster.SegmentPrefix(o.prefix, o.segment), Segment: o.segment, Secret: o.secret, Interval: o.checkInterval, Timeout: o.checkTimeout}
 }
 
 // redisClient is a client of the fleet's Redis, and what its dials meet
