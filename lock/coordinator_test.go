@@ -100,10 +100,19 @@ func startCheckedWith(t *testing.T, rdb redis.UniversalClient, targets []health.
 	coord.SetProbeNow(check.ProbeNow)
 	coord.SetTargets(targets)
 	check.SetTargets(targets)
+	return runInstance(t, coord, check)
+}
+
+// runInstance runs coord, and check unless nil (a passive instance), until
+// the test ends or stop is called.
+func runInstance(t *testing.T, coord *Coordinator, check *health.Checker) *instance {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	in := &instance{coord: coord, check: check, cancel: cancel, done: make(chan struct{})}
 	var wg sync.WaitGroup
-	wg.Go(func() { check.Run(ctx, nil) })
+	if check != nil {
+		wg.Go(func() { check.Run(ctx, nil) })
+	}
 	wg.Go(func() {
 		coord.Run(ctx, func(v health.View) {
 			in.mu.Lock()

@@ -3,7 +3,6 @@ package lock
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,19 +22,7 @@ func startPassive(t *testing.T, rdb redis.UniversalClient, targets []health.Targ
 		t.Fatal(err)
 	}
 	coord.SetTargets(targets)
-	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{coord: coord, cancel: cancel, done: make(chan struct{})}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		coord.Run(ctx, func(v health.View) {
-			in.mu.Lock()
-			in.view = v
-			in.mu.Unlock()
-		})
-	})
-	go func() { wg.Wait(); close(in.done) }()
-	t.Cleanup(in.stop)
-	return in
+	return runInstance(t, coord, nil)
 }
 
 // A passive instance follows the fleet's verdicts without probing and
