@@ -94,7 +94,7 @@ func (b *segmentBackend) counts() map[netip.Addr]int {
 // clients, whose zone has no prober, are answered with the fleet's other
 // verdicts, as _client's TXT says.
 func TestCheckScopeZone(t *testing.T) {
-	const interval, timeout = 500 * time.Millisecond, 300 * time.Millisecond
+	const interval, timeout = time.Second, 800 * time.Millisecond
 	reg := Registry(t)
 	to := net.JoinHostPort(reg.Host, fmt.Sprint(reg.Port))
 	zoneA, zoneB := []string{"127.0.0.21", "127.0.0.22"}, []string{"127.0.0.23", "127.0.0.24"}
@@ -170,7 +170,7 @@ func TestCheckScopeZone(t *testing.T) {
 	for _, b := range backends {
 		b.counts()
 	}
-	const window = 5 * time.Second
+	const window = 6 * time.Second
 	time.Sleep(window) // a measurement window, not a synchronisation
 	intervals := float64(window / interval)
 	sources := map[string]bool{}
