@@ -30,6 +30,9 @@ type asker struct {
 	scope  int  // the lookup's scope (see placeMap.lookup)
 
 	dependent bool // the answer depends on the client's place
+	// segmented: answered from the client's segment's verdicts
+	// (check_scope zone or region): every answer may depend on its place.
+	segmented bool
 	nearest   int  // the distance of the first node answered, -1 none yet
 }
 
@@ -163,7 +166,7 @@ func replyECS(m *dns.Msg, a *asker, client bool) {
 	case client:
 		// _client's answer names the address itself.
 		scope = a.ecs.SourceNetmask
-	case a.dependent:
+	case a.dependent || a.segmented:
 		scope = uint8(a.scope)
 	}
 	// One allocation for the record, its option list and the option.

@@ -103,7 +103,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 			if s, seg = p.segs.forPlace(placed.place); s != nil {
 				snap = s
 			}
-			placed.dependent = true
+			placed.segmented = true
 		}
 		if qname == under(labelClient, zone) {
 			return p.serveClient(w, r, state, placed, seg, snap), nil
