@@ -375,41 +375,51 @@ func aliasEnds(target map[string]string, cluster func(string) bool) map[string]a
 // the fallbacks that remain. One naming a cluster that serves no names now
 // is noted too, as a warning: it is kept, and used once it serves.
 func (ab *aliasBuild) vetFallbacks(r Alias, aliases map[string]string, cluster func(string) bool) {
-	seen := map[string]bool{strings.ToLower(r.Alias): true, strings.ToLower(r.Target): true}
+	seen := fallbacksSeen(r)
 	for _, f := range r.fallbacks() {
 		lf := strings.ToLower(f)
-		why := ""
-		switch {
-		case !isLabel(lf):
-			why = "not a DNS label"
-		case lf == strings.ToLower(r.Alias):
-			why = "the alias itself"
-		case seen[lf]:
-			why = "named twice, or the alias's own target"
-		case aliases[lf] != "":
-			why = "an alias: a fallback is a cluster"
-		case !cluster(lf):
-			seen[lf] = true
-			ab.skip(skipInvalidFallback, fmt.Sprintf("fallback %q of alias %q: no cluster %q serves now (kept: used once it does)", f, r.Alias, lf))
-			continue
-		}
-		seen[lf] = true
-		if why != "" {
+		switch why := unusableFallback(r, f, func(l string) bool { return aliases[l] != "" }, seen); {
+		case why != "":
 			ab.skip(skipInvalidFallback, fmt.Sprintf("fallback %q of alias %q: %s (not used)", f, r.Alias, why))
+		case !cluster(lf):
+			ab.skip(skipInvalidFallback, fmt.Sprintf("fallback %q of alias %q: no cluster %q serves now (kept: used once it does)", f, r.Alias, lf))
 		}
 	}
 }
 
-// usableFallback reports whether the alias may fail over to f (see
-// vetFallbacks).
-func usableFallback(r Alias, f string, aliases map[string]bool) bool {
+// fallbacksSeen is what the first fallback of r may not be again: the
+// alias and its target, in lower case (see unusableFallback).
+func fallbacksSeen(r Alias) map[string]bool {
+	return map[string]bool{strings.ToLower(r.Alias): true, strings.ToLower(r.Target): true}
+}
+
+// unusableFallback says why alias r can never fail over to its fallback f,
+// the one after those in seen (which f joins): "" when it can. The rules
+// of vetFallbacks, which logs them, and of usableFallback, which decides.
+func unusableFallback(r Alias, f string, isAlias func(string) bool, seen map[string]bool) string {
 	lf := strings.ToLower(f)
-	if !isLabel(lf) || lf == strings.ToLower(r.Alias) || lf == strings.ToLower(r.Target) || aliases[lf] {
-		return false
+	defer func() { seen[lf] = true }()
+	switch {
+	case !isLabel(lf):
+		return "not a DNS label"
+	case lf == strings.ToLower(r.Alias):
+		return "the alias itself"
+	case seen[lf]:
+		return "named twice, or the alias's own target"
+	case isAlias(lf):
+		return "an alias: a fallback is a cluster"
 	}
+	return ""
+}
+
+// usableFallback reports whether the alias may fail over to f, the first
+// time it names it (see vetFallbacks).
+func usableFallback(r Alias, f string, aliases map[string]bool) bool {
+	seen := fallbacksSeen(r)
 	for _, g := range r.fallbacks() {
-		if strings.ToLower(g) == lf {
-			return g == f // the first time it is named
+		why := unusableFallback(r, g, func(l string) bool { return aliases[l] }, seen)
+		if g == f {
+			return why == ""
 		}
 	}
 	return false
