@@ -277,20 +277,21 @@ func (r *registry) session(ctx context.Context, loadedOK func()) error {
 		if err != nil {
 			return err
 		}
-		ended := r.rows.drainsEnded(time.Now())
 		switch {
 		case ch.full || !time.Now().Before(fullAt):
 			next, err = r.load(ctx, conn, nil)
 			fullAt = time.Now().Add(r.set.refresh)
 		case ch.any():
 			next, err = r.load(ctx, conn, &ch)
-		case len(ended) > 0:
+		default:
 			// A drain ended by PostgreSQL's clock: nobody wrote, so
 			// nothing notifies; its nodes are read again (the relay then
 			// publishes them to the fleet at once).
-			next, err = r.load(ctx, conn, &changes{clusters: ended, aliases: map[string]bool{}})
-		default:
-			next, err = r.checkAges(ctx, conn)
+			if ended := r.rows.drainsEnded(time.Now()); len(ended) > 0 {
+				next, err = r.load(ctx, conn, &changes{clusters: ended, aliases: map[string]bool{}})
+			} else {
+				next, err = r.checkAges(ctx, conn)
+			}
 		}
 		if err != nil {
 			return err
