@@ -98,12 +98,8 @@ type drainMade struct {
 
 func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseDrain(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "pgclusterctl drain:", err)
-		return exitFailed
+	if code, done := parsed("drain", err, stderr); done {
+		return code
 	}
 	rdb, dials, err := o.redisClient()
 	if err != nil {

@@ -204,12 +204,8 @@ names, why, until when (by PostgreSQL's clock) and the nodes it matches now.
 
 func runDrains(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseDrains(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "pgclusterctl drains:", err)
-		return exitFailed
+	if code, done := parsed("drains", err, stderr); done {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()

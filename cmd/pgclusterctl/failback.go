@@ -57,12 +57,8 @@ RETURNING s.alias, a.target, s.target AS moved, s.reason, s.moved_at`
 
 func runFailback(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseFailback(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "pgclusterctl failback:", err)
-		return exitFailed
+	if code, done := parsed("failback", err, stderr); done {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()

@@ -2,7 +2,7 @@
 // every node of the registry, in or out, and why; and drains nodes for
 // maintenance.
 //
-//	pgclusterctl status -postgres DSN [-redis URL] [-prefix P] [-zone Z]
+//	pgclusterctl status -postgres DSN [-redis URL] [-prefix P] [-segment S] [-zone Z]
 //	                    [-stale-after D] [-allow-loopback] [-max-lag BYTES]
 //	                    [-watch [-interval D]] [-json]
 //	pgclusterctl drain -postgres DSN -cluster C [-node N | -topology-zone Z]
@@ -47,6 +47,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -115,4 +117,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "pgclusterctl: unknown command %q\n\n%s", args[0], usage)
 	return exitFailed
+}
+
+// parsed ends a command whose command line could not be parsed: exitOK for
+// -help (the usage is printed), exitFailed with the error on stderr
+// otherwise; done is false when err is nil and the command goes on.
+func parsed(cmd string, err error, stderr io.Writer) (code int, done bool) {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK, true
+	case err != nil:
+		fmt.Fprintln(stderr, "pgclusterctl "+cmd+":", err)
+		return exitFailed, true
+	}
+	return 0, false
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -81,12 +80,8 @@ serving primary, 1 when one has none or two, 2 on an error.
 
 func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseStatus(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "pgclusterctl status:", err)
-		return exitFailed
+	if code, done := parsed("status", err, stderr); done {
+		return code
 	}
 	rdb, dials, err := o.redisClient() // dials: what a read that timed out met
 	if err != nil {

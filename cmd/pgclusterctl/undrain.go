@@ -73,12 +73,8 @@ RETURNING id, cluster, node, zone, reason`
 
 func runUndrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o, err := parseUndrain(args, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintln(stderr, "pgclusterctl undrain:", err)
-		return exitFailed
+	if code, done := parsed("undrain", err, stderr); done {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, roundTimeout)
 	defer cancel()
