@@ -66,6 +66,33 @@ type aliasMover struct {
 	good    map[string]time.Time // since its own target was first seen serving again (failback auto)
 	retryAt map[string]time.Time // no write before then, after one that failed or moved nothing
 	conn    *pgx.Conn
+	// read is the aliases of the snapshot last looked at (see aliasesOf).
+	read moverAliases
+}
+
+// moverAliases is what a round needs of a snapshot's aliases, made once per
+// snapshot: a round every moverTick looks at the aliases with fallbacks
+// only, and at none when no alias has any.
+type moverAliases struct {
+	of       *aliasBuild
+	names    map[string]bool // every alias, in lower case
+	failover []Alias         // the rows with fallbacks
+}
+
+// aliasesOf is moverAliases of ab, made again only when ab is not the last.
+func (m *aliasMover) aliasesOf(ab *aliasBuild) moverAliases {
+	if m.read.of == ab {
+		return m.read
+	}
+	r := moverAliases{of: ab, names: map[string]bool{}}
+	for _, a := range ab.rows {
+		r.names[strings.ToLower(a.Alias)] = true
+		if a.Fallback != "" {
+			r.failover = append(r.failover, a)
+		}
+	}
+	m.read = r
+	return r
 }
 
 func newAliasMover(set *settings, snap func() *snapshot, term func() int64) *aliasMover {
@@ -101,15 +128,10 @@ func (m *aliasMover) round(ctx context.Context, now time.Time) {
 		clear(m.good)
 		return
 	}
-	aliases := map[string]bool{}
-	for _, r := range s.aliases.rows {
-		aliases[strings.ToLower(r.Alias)] = true
-	}
+	read := m.aliasesOf(s.aliases)
+	aliases := read.names
 	live := map[string]bool{}
-	for _, r := range s.aliases.rows {
-		if r.Fallback == "" {
-			continue
-		}
+	for _, r := range read.failover {
 		live[r.Alias] = true
 		cur := r.effective()
 		if targetServes(s, cur, r.when(), false) {
