@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -162,13 +163,31 @@ func TestAliasFailoverFleet(t *testing.T) {
 		return nil
 	})
 
-	// local's primary stopped: dr.
+	// local's primary stopped: dr, with both instances (a -race build under
+	// make test) loaded by dnsperf through the move, its alias, its role
+	// name and its TXT.
+	perfBin, err := exec.LookPath(dnsperfPath)
+	if err != nil {
+		t.Fatalf("dnsperf is missing (the setup script installs it: apt-get install -y dnsperf): %v", err)
+	}
+	queries := []string{"prod A", "primary.prod A", "standby.prod A", "_failover.prod TXT", "local A", "dr A", "primary.dr A", "nope A"}
+	var perf []*dnsperfRun
+	for _, in := range w.ins {
+		perf = append(perf, startDnsperf(t, perfBin, in.Addr(), queries))
+	}
 	if err := w.pg2.StopMode("immediate"); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
 	Eventually(t, failoverBound+10*time.Second, w.prodIs(w.ins, w.dr1Addr))
 	took := time.Since(stopped)
+	for i, p := range perf {
+		r := p.stop(t)
+		t.Logf("instance %d under dnsperf through the move: %s", i, r)
+		if r.servfail > 0 || r.other > 0 || r.completed == 0 {
+			t.Errorf("instance %d under dnsperf through the move: %s: want answers and no SERVFAIL", i, r)
+		}
+	}
 	t.Logf("local's primary stopped: primary.prod answers dr's on both instances after %v (bound %v: failover_after %v + %d × interval %v + timeout %v + lease %v + 1s)",
 		took.Round(time.Millisecond), failoverBound, failoverAfter, failoverFall, failoverInterval, failoverTimeout, failoverLease)
 	if took < failoverAfter {

@@ -33,13 +33,14 @@ type dnsperfRun struct {
 	out  *proc.Buffer
 }
 
-// startDnsperf loads the instance at addr with chaosQPS queries a second,
-// each a timeout after 1 s, until stop is called.
-func startDnsperf(t *testing.T, bin, addr string) *dnsperfRun {
+// startDnsperf loads the instance at addr with chaosQPS queries a second
+// of queries ("name type", the name under Zone), each a timeout after 1 s,
+// until stop is called.
+func startDnsperf(t *testing.T, bin, addr string, queries []string) *dnsperfRun {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "queries")
 	var q string
-	for _, l := range chaosQueries {
+	for _, l := range queries {
 		name, typ, _ := strings.Cut(l, " ")
 		q += name + "." + Zone + " " + typ + "\n"
 	}

@@ -121,7 +121,7 @@ func TestChaos(t *testing.T) {
 	for _, slot := range []int{0, 1, 2} {
 		r.watch(slot)
 	}
-	perf := []*dnsperfRun{startDnsperf(t, bin, r.ins[0].Addr()), startDnsperf(t, bin, r.ins[1].Addr())}
+	perf := []*dnsperfRun{startDnsperf(t, bin, r.ins[0].Addr(), chaosQueries), startDnsperf(t, bin, r.ins[1].Addr(), chaosQueries)}
 	stopFlaps := r.flap()
 	stopAttack := func() {}
 	if chaosAttackerOn() {
