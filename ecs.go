@@ -33,7 +33,7 @@ type asker struct {
 	// segmented: answered from the client's segment's verdicts
 	// (check_scope zone or region): every answer may depend on its place.
 	segmented bool
-	nearest   int  // the distance of the first node answered, -1 none yet
+	nearest   int // the distance of the first node answered, -1 none yet
 }
 
 // answered notes that an answer's first node is at distance d.
