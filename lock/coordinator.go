@@ -176,7 +176,8 @@ type Coordinator struct {
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
-	failingSince time.Time                  // when the first Redis call of the current failure streak began (see failed)
+	failingSince time.Time                  // when the first failure of the current failure streak came (see failed)
+	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
 	resyncAt     time.Time                  // a read of every status is due (after a return)
@@ -222,6 +223,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		return nil, err
 	}
 	l.secret, l.name = cfg.Secret, printable.Cut(cfg.Name, maxMemberName)
+	l.lat.most = b.callTimeout()
 	sub, err := NewSubscriber(rdb, cfg.Prefix, cfg.Resync)
 	if err != nil {
 		return nil, err
@@ -619,6 +621,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 	case errors.Is(err, errContended):
 		// Someone without the lease keeps moving the stored version:
 		// the next probe writes again. Redis answers: no local mode.
+		c.answered()
 		c.rlog.Logf("contended", "%v", err)
 	case err != nil:
 		// One failed write is not an outage: it counts toward the
@@ -629,6 +632,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 		// frozen), or anyone overwrote it: its holder's status counts,
 		// not ours, and this instance probes the target itself until a
 		// covering status comes (see covered).
+		c.answered()
 		if c.held[t.Key] {
 			delete(c.held, t.Key)
 			c.rlog.Logf("lease lost", "lease of %s lost to another instance", t.Key)
@@ -636,6 +640,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 			c.signal()
 		}
 	default:
+		c.answered()
 		c.writtenBy[t.Key] = true
 		if w.published {
 			c.published[t.Key] = p
@@ -797,6 +802,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 	var kick []string
 	c.mu.Lock()
+	c.answered()
 	for _, k := range p.release {
 		delete(c.held, k)
 	}
@@ -899,7 +905,7 @@ type ownership struct {
 func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	members := m.Members
 	var p tendPlan
-	c.failingSince, c.cause = time.Time{}, nil // Redis answers: a streak of failures ends
+	c.answered()
 	rejoin := false
 	if c.mode != ModeCoordinated {
 		if c.mode == ModeLocal {

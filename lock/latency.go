@@ -8,7 +8,8 @@ import (
 
 // MaxCallTimeout bounds the deadline of a Leases call however slow Redis
 // has been: an instance must still notice, within a few seconds, a Redis
-// that does not answer at all.
+// that does not answer at all. A Coordinator's calls are bounded further,
+// by half its outage window (see bounds.callTimeout).
 const MaxCallTimeout = 2 * time.Second
 
 // Bounds of the adaptive deadline (see latency).
@@ -27,19 +28,25 @@ const (
 // once, a faster one lowers it by 1/latencyDecay of the difference. A call
 // that ran into its deadline counts with the time it was given, so that
 // the next one gets more. The deadline of the next call is latencyMargin
-// times the estimate, within [CallTimeout, MaxCallTimeout]: a Redis slowed
-// by a loaded machine is given time rather than taken for gone, and one
-// that does not answer still costs at most MaxCallTimeout per call.
+// times the estimate, within [CallTimeout, most] (most is MaxCallTimeout
+// unless set lower): a Redis slowed by a loaded machine is given time
+// rather than taken for gone, and one that does not answer still costs at
+// most that per call.
 type latency struct {
-	mu  sync.Mutex
-	est time.Duration
+	mu   sync.Mutex
+	est  time.Duration
+	most time.Duration // the longest deadline; 0 is MaxCallTimeout
 }
 
 // timeout is the deadline of the next call.
 func (l *latency) timeout() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return min(max(CallTimeout, latencyMargin*l.est), MaxCallTimeout)
+	most := MaxCallTimeout
+	if l.most > 0 {
+		most = l.most
+	}
+	return min(max(CallTimeout, latencyMargin*l.est), max(most, CallTimeout))
 }
 
 // observe counts a call that took d.

@@ -62,11 +62,13 @@
 //
 // Redis calls of a Coordinator's Leases have a deadline that adapts to the
 // latency seen (latency: four times a decaying maximum of the calls'
-// durations, within [CallTimeout, MaxCallTimeout]), and a failed call is
-// not an outage: a Coordinator goes local only when its calls keep failing
-// for two heartbeat cycles (bounds.outageAfter), and then probes no target
-// at once (each at its own tick), so that a fleet's probe rate rises over
-// an interval. Targets' owners are computed again only when the live
+// durations, within CallTimeout and half the outage window, at most
+// MaxCallTimeout), and a failed or slow call is not an outage: a
+// Coordinator goes local only when its calls keep failing for two
+// heartbeat cycles from the first failure of a streak, a call sent after
+// it failing too and none answered (bounds.outageAfter, see failed), and
+// then probes no target at once (each at its own tick), so that a fleet's
+// probe rate rises over an interval. Targets' owners are computed again only when the live
 // members or the targets change. A fleet started at once joins first (its
 // first heartbeat given the same two cycles of failed calls), then takes
 // its leases staggered over a cycle, and a target whose owner changed is

@@ -8,11 +8,22 @@ import (
 )
 
 // outageAfter is how long Redis calls must keep failing before this
-// instance leaves the fleet for local mode: two cycles (one interval), so
-// that a Redis that misses one deadline (a stall under load, a fail-over)
-// does not make every instance of a fleet probe every target at once,
-// which on a loaded machine starves the next Redis calls, and so on.
+// instance leaves the fleet for local mode: two cycles (one interval),
+// counted from the first failure of a streak (see failed), so that a
+// Redis that misses one deadline (a stall under load, a fail-over) does
+// not make every instance of a fleet probe every target at once, which on
+// a loaded machine starves the next Redis calls, and so on.
 func (b bounds) outageAfter() time.Duration { return 2 * b.cycle }
+
+// callTimeout is the longest deadline of a Coordinator's Redis call (see
+// latency): half the outage window, within [CallTimeout, MaxCallTimeout].
+// A call given the whole window would, by failing once, span it alone; so
+// a frozen Redis is judged by calls one after the other, each failing
+// within half the window, and still noticed within four cycles and a
+// call's deadline.
+func (b bounds) callTimeout() time.Duration {
+	return min(max(b.outageAfter()/2, CallTimeout), MaxCallTimeout)
+}
 
 // lost handles a Redis call of tend, begun at start, that failed.
 func (c *Coordinator) lost(ctx context.Context, start time.Time, err error) {
@@ -24,14 +35,25 @@ func (c *Coordinator) lost(ctx context.Context, start time.Time, err error) {
 	c.failed(start, err)
 }
 
-// failed counts a Redis call, begun at start, that failed with err: the
-// failure streak begins with the first such call since the last heartbeat
-// that answered, and local mode once the streak spans outageAfter, for an
-// instance joining the fleet (see join) as for one coordinating. Until
-// then this instance keeps its leases and probes what it holds, and the
-// others' statuses keep covering the rest (a joining instance probes
-// nothing yet): nothing it answers waits on Redis either way. c.mu is
-// held.
+// answered notes that Redis answered a call of this instance: a streak
+// of failures ends. c.mu is held.
+func (c *Coordinator) answered() {
+	c.answeredAt = time.Now()
+	c.failingSince, c.cause = time.Time{}, nil
+}
+
+// failed counts a Redis call, begun at start, that failed with err. One
+// call, however slow, is never an outage: a call sent before Redis last
+// answered another says only that it was slow; the failure streak begins
+// when the first call sent since failed, and local mode once a call sent
+// after that failure has failed too, outageAfter or more after it (with
+// every call's deadline at most half of that, see callTimeout, Redis has
+// then answered nothing for at least outageAfter and a deadline). So it
+// goes for an instance joining the fleet (see join) as for one
+// coordinating. Until then this instance keeps its leases and probes what
+// it holds, and the others' statuses keep covering the rest (a joining
+// instance probes nothing yet): nothing it answers waits on Redis either
+// way. c.mu is held.
 func (c *Coordinator) failed(start time.Time, err error) {
 	c.noteCause(err)
 	if c.mode == ModeLocal {
@@ -46,10 +68,13 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		}
 		return
 	}
-	if c.failingSince.IsZero() || start.Before(c.failingSince) {
-		c.failingSince = start
-	}
-	if time.Since(c.failingSince) >= c.b.outageAfter() {
+	now := time.Now()
+	switch {
+	case start.Before(c.answeredAt):
+		// Redis answered a call sent after this one.
+	case c.failingSince.IsZero():
+		c.failingSince = now
+	case !start.Before(c.failingSince) && now.Sub(c.failingSince) >= c.b.outageAfter():
 		c.goLocal()
 		return
 	}

@@ -11,28 +11,30 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 	"github.com/pgcluster/pgcluster/internal/tlstest"
 )
 
-// An instance that cannot speak to Redis says why, even when its first
-// call only ran out of time: a redis-server that accepts TLS only, with a
-// certificate from a CA this instance does not trust, reached through a
-// dialer whose first connection hangs (a TLS handshake refused after a few
-// retries can take longer than the first call's deadline on a loaded
-// machine). Local mode begins on that deadline; the line that names the
-// certificate refused follows at the next call that fails otherwise.
+// An instance that cannot speak to Redis says why, even when every call
+// of the failure streak that put it in local mode only ran out of time: a
+// redis-server that accepts TLS only, with a certificate from a CA this
+// instance does not trust, reached through a dialer whose connections hang
+// until the instance is local (a TLS handshake refused after a few retries
+// can take longer than a call's deadline on a loaded machine). Local mode
+// begins on deadlines; the line that names the certificate refused follows
+// at the next call that fails otherwise.
 func TestLocalModeSaysWhy(t *testing.T) {
 	ca := tlstest.New(t, "redis CA")
 	files := ca.MustWrite(t, ca.MustIssue(t, "127.0.0.1"))
 	srv := redistest.StartTLS(t, redistest.TLS{CertFile: files.Cert, KeyFile: files.Key, CAFile: files.CA, Client: ca.ClientConfig()})
 	untrusting := tlstest.New(t, "other CA").ClientConfig()
 	untrusting.ServerName = "127.0.0.1"
-	var dials atomic.Int64
+	var coord atomic.Pointer[Coordinator]
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
 		DialTimeout: MaxCallTimeout, ReadTimeout: MaxCallTimeout, WriteTimeout: MaxCallTimeout,
 		Dialer: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if dials.Add(1) == 1 {
+			if c := coord.Load(); c == nil || c.Mode() != ModeLocal {
 				<-ctx.Done()
 				return nil, ctx.Err()
 			}
@@ -41,7 +43,9 @@ func TestLocalModeSaysWhy(t *testing.T) {
 		}})
 	t.Cleanup(func() { rdb.Close() })
 	logs := &lineLog{t: t}
-	in := startInstance(t, rdb, nil, func(cfg *Config) { cfg.Logf = logs.logf })
+	in := startCheckedWith(t, rdb, nil, Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second, Logf: logs.logf},
+		health.Config{Check: health.CheckTCP, Interval: fleetInterval, Timeout: fleetTimeout, Rise: 1, Fall: 1},
+		func(c *Coordinator) { coord.Store(c) })
 	const why = "x509: certificate signed by unknown authority"
 	told := func() []string {
 		logs.mu.Lock()
@@ -63,7 +67,7 @@ func TestLocalModeSaysWhy(t *testing.T) {
 	}
 	lines := told()
 	if !strings.Contains(lines[0], "deadline") {
-		t.Fatalf("the first call did not run out of time (lines %q): the test shows nothing", lines)
+		t.Fatalf("local mode did not begin on a deadline (lines %q): the test shows nothing", lines)
 	}
 	if len(lines) != 2 {
 		t.Errorf("lines saying Redis does not answer: %q, want the deadline's and then one naming %q", lines, why)

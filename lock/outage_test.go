@@ -16,17 +16,23 @@ import (
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
 
-// modes is an Observer that notes when a coordinator went local.
+// modes is an Observer that notes when a coordinator went local, and
+// counts its status writes Redis took.
 type modes struct {
 	mu     sync.Mutex
 	locals []time.Time
+	wrote  atomic.Int64
 }
 
 func (m *modes) Leases(int)                {}
 func (m *modes) Message(string)            {}
 func (m *modes) Resync(error)              {}
 func (m *modes) Propagation(time.Duration) {}
-func (m *modes) Write(bool, bool)          {}
+func (m *modes) Write(ok, _ bool) {
+	if ok {
+		m.wrote.Add(1)
+	}
+}
 func (m *modes) Mode(mode string) {
 	if mode == ModeLocal {
 		m.mu.Lock()

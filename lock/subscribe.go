@@ -73,6 +73,11 @@ type Subscriber struct {
 	// caughtUp is when (Unix ns, our clock) the last marker whose echo
 	// came back was published (see CaughtUp).
 	caughtUp atomic.Int64
+	// counted: PUBLISH of a marker counted a receiver, on a client whose
+	// PUBLISH counts every subscription that hears it (not a Cluster
+	// client's), so that a count of none is believed (see Subscribe).
+	// Subscribe's goroutine only.
+	counted bool
 }
 
 // NewSubscriber returns a subscriber to the statuses under prefix on rdb,
@@ -103,9 +108,16 @@ func (s *Subscriber) Resync() {
 // once they are read, which under load takes more than a second, and
 // subscribing again would drop them and whatever follows. (The reads of
 // every status on a timer used to hold the checks back as well.)
+//
+// missedMarkers markers in a row whose PUBLISH counted no receiver, on a
+// client whose server counted this subscription before, mean it is deaf
+// too (see Subscribe): two, since a subscription that go-redis is
+// reconnecting by itself (Redis restarted, say) can miss one while it
+// subscribes again, and a deaf one is then found within a second.
 const (
-	echoEvery  = 500 * time.Millisecond
-	deafChecks = 4
+	echoEvery     = 500 * time.Millisecond
+	deafChecks    = 4
+	missedMarkers = 2
 )
 
 // Subscribe applies statuses until ctx is done, then returns ctx's error.
@@ -123,6 +135,17 @@ const (
 // waits to be read means subscribing again, which resynchronises. (A
 // subscription that hears messages is behind, not deaf: a flood of them
 // must not make it drop its backlog.)
+//
+// Silence takes two seconds to tell, and a subscription left on an old
+// master is not always silent: instances not switched yet keep publishing
+// there. Redis says it sooner: PUBLISH returns how many subscriptions on
+// the server received the message, and this subscription's marker
+// channel is its own. So missedMarkers markers in a row that the server
+// published to counted no receiver of, once one was counted there (a
+// server or proxy that counts none never makes a subscription deaf), also
+// mean subscribing again, to the server the ordinary client now reaches.
+// Not on Redis Cluster, whose PUBLISH counts the receivers on one node
+// only.
 func (s *Subscriber) Subscribe(ctx context.Context, apply func(key string, version int64, status []byte)) error {
 	echo, err := echoChannel(s.prefix)
 	if err != nil {
@@ -153,10 +176,12 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		redis.WithChannelPingTimeout(CallTimeout),
 		redis.WithChannelReconnectTimeout(CallTimeout),
 	)
+	_, cluster := s.rdb.(*redis.ClusterClient)
 	pending := false       // a marker is out and has not come back
 	var markedAt time.Time // when it was published
 	heard := false         // a message came since the last check
 	silent := 0            // checks in a row with a marker out, nothing heard and nothing waiting
+	missed := 0            // markers in a row that PUBLISH counted no receiver of (see Subscribe)
 	for {
 		select {
 		case <-ctx.Done():
@@ -186,12 +211,30 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			}
 			heard = false
 			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
-			// A marker that cannot be published says nothing of the
-			// subscription: Redis is away, and the subscription
-			// reconnects by itself.
 			markedAt = time.Now()
-			pending = s.rdb.Publish(cctx, echo, "echo").Err() == nil
+			n, err := s.rdb.Publish(cctx, echo, "echo").Result()
 			cancel()
+			switch {
+			case err != nil:
+				// A marker that cannot be published says nothing of
+				// the subscription: Redis is away, and the
+				// subscription reconnects by itself.
+				pending = false
+			case n == 0 && s.counted:
+				// The server published to, which counted this
+				// subscription before, has none now: it is on
+				// another server (an old master), and hears nothing
+				// published here, whatever it hears there.
+				pending = false
+				missed++
+				if missed >= missedMarkers {
+					s.fail(fmt.Errorf("lock: the subscription to %q is not on the server published to (PUBLISH counted no receiver of %d markers in a row; the master changed?): subscribing again", channel(s.prefix), missed))
+					return nil
+				}
+			default:
+				pending, missed = true, 0
+				s.counted = s.counted || n > 0 && !cluster
+			}
 		case m, ok := <-msgs:
 			if !ok {
 				return fmt.Errorf("lock: subscription to %q closed", channel(s.prefix))
