@@ -143,6 +143,16 @@ func (ch *checks) follow(seg string, apply func(health.View)) func() (int, bool)
 	return probers(coord)
 }
 
+// passiveVerdicts says, for a passive instance of check_scope fleet, whose
+// verdicts it answers with: the fleet's as read now ("own"), or the last
+// read while Redis does not answer ("last").
+func (ch *checks) passiveVerdicts() string {
+	if ch.coord.Mode() == lock.ModeCoordinated {
+		return usingOwn
+	}
+	return usingLast
+}
+
 // probers is a coordinator's count of live probers and whether Redis
 // answers it (a count of none is then news: nobody probes there).
 func probers(c *lock.Coordinator) func() (int, bool) {

@@ -43,6 +43,9 @@ type PgCluster struct {
 	// segs, with check_scope zone or region, holds each segment's
 	// snapshot: a client is answered from its segment's (nil otherwise).
 	segs *segmentation
+	// passive, for a passive instance (check passive) of check_scope
+	// fleet, says whose verdicts it answers with, for _client's TXT.
+	passive func() string
 }
 
 var _ plugin.Handler = (*PgCluster)(nil)
@@ -86,7 +89,7 @@ func (p *PgCluster) ServeDNS(ctx context.Context, w dns.ResponseWriter, r *dns.M
 	}
 	var ask, placed *asker
 	var seg *segment
-	if p.topologyOn() || p.segs != nil {
+	if p.topologyOn() || p.segs != nil || p.passive != nil && qname == under(labelClient, zone) {
 		ecs, err := queryECS(r)
 		if err != nil {
 			p.topo.ecsError.Inc()
@@ -151,8 +154,11 @@ func (p *PgCluster) serveClient(w dns.ResponseWriter, r *dns.Msg, state request.
 	m.Authoritative = true
 	if state.QType() == dns.TypeTXT {
 		t := clientTXT(m.Question[0].Name, 0, ask, snap.places)
-		if p.segs != nil {
+		switch {
+		case p.segs != nil:
 			t.Txt = append(t.Txt, p.segs.clientChecks(seg)...)
+		case p.passive != nil:
+			t.Txt = append(t.Txt, "checks=fleet", "verdicts="+p.passive())
 		}
 		m.Answer = []dns.RR{t}
 	} else {

@@ -106,12 +106,18 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 		}
 		cfg.token = token
 	}
-	pb, sg, done, err := startPublisher(ctx, cfg)
+	pb, ch, done, err := startPublisher(ctx, cfg)
 	if err != nil {
 		// parse validated every option: only a bug gets here.
 		log.Errorf("Health checks not started: %v", err)
 	}
-	p.pb, p.segs, p.checksDone = pb, sg, done
+	p.pb, p.checksDone = pb, done
+	if ch != nil {
+		p.segs = ch.sg
+		if cfg.passive && ch.sg == nil {
+			p.passive = ch.passiveVerdicts
+		}
+	}
 	key := storeKey(cfg.dsn, cfg.zones)
 	if cfg.relayOn() {
 		r, err := newRelay(cfg, pb, key)
@@ -137,24 +143,24 @@ func (p *PgCluster) start(ctx context.Context, cfg *settings) bool {
 // (nil without checks). When the checks cannot be made, the publisher
 // answers without them, and err says why.
 //
-// With check_scope zone or region, sg answers each segment's clients with
-// that segment's verdicts (nil otherwise).
-func startPublisher(ctx context.Context, cfg *settings) (pb *publisher, sg *segmentation, done <-chan struct{}, err error) {
+// ch is the checks (nil without); with check_scope zone or region, its sg
+// answers each segment's clients with that segment's verdicts.
+func startPublisher(ctx context.Context, cfg *settings) (pb *publisher, ch *checks, done <-chan struct{}, err error) {
 	if !cfg.checksOn() {
 		return newPublisher(cfg, nil, false), nil, nil, nil
 	}
-	ch, err := newChecks(cfg)
+	ch, err = newChecks(cfg)
 	if err != nil {
 		return newPublisher(cfg, nil, false), nil, nil, err
 	}
 	pb = newPublisher(cfg, ch.setTargets, ch.waitView())
 	if cfg.segmented() {
-		sg = newSegmentation(cfg, pb)
+		sg := newSegmentation(cfg, pb)
 		sg.follow = ch.follow
 		ch.sg = sg
 		pb.after = sg.rowsApplied
 	}
-	return pb, sg, ch.start(ctx, pb.setView), nil
+	return pb, ch, ch.start(ctx, pb.setView), nil
 }
 
 // loaded is closed once the first rows are applied.

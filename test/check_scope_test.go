@@ -115,7 +115,7 @@ func TestCheckScopeZone(t *testing.T) {
 		";\nINSERT INTO pgcluster_networks(network, region, zone) VALUES ('10.1.0.0/16', 'eu', 'a'), ('10.2.0.0/16', 'eu', 'b'), ('10.3.0.0/16', 'eu', 'c')")
 	rs := redistest.Start(t)
 	corefile := func(lines string) string {
-		return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_secret %s\n  allow_loopback\n  ttl 1\n  interval %v\n  timeout %v\n  check_scope zone\n  %s\n }\n}\n",
+		return fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_secret %s\n  allow_loopback\n  ttl 1\n  interval %v\n  timeout %v\n  %s\n }\n}\n",
 			Zone, PortPlaceholder, MetricsPlaceholder, reg.DSN(""), rs.URL(), relaySecret, interval, timeout, lines)
 	}
 	const probing = "check postgres \"user=postgres dbname=postgres sslmode=disable\"\n  role_interval off"
@@ -125,11 +125,29 @@ func TestCheckScopeZone(t *testing.T) {
 		if i >= len(zoneA) {
 			zone = "b"
 		}
-		corefiles = append(corefiles, corefile(fmt.Sprintf("%s\n  location eu %s\n  probe_source %s", probing, zone, src)))
+		corefiles = append(corefiles, corefile(fmt.Sprintf("%s\n  check_scope zone\n  location eu %s\n  probe_source %s", probing, zone, src)))
 	}
-	corefiles = append(corefiles, corefile("check passive\n  location eu c"))
-	ins := StartTogether(t, corefiles...)
+	corefiles = append(corefiles, corefile("check passive\n  check_scope zone\n  location eu c"))
+	// A passive instance of check_scope fleet, which follows the
+	// fleet-wide statuses (none here: every prober is a zone's): its
+	// _client TXT says whose verdicts it answers with.
+	corefiles = append(corefiles, corefile("check passive"))
+	started := StartTogether(t, corefiles...)
+	ins, passiveFleet := started[:len(started)-1], started[len(started)-1]
 	passive := ins[len(ins)-1]
+	clientTXT := func(in *Instance) (string, error) {
+		r, err := ecsQuery(in.Addr(), "_client."+Zone, dns.TypeTXT, "10.1.7.0/24", "")
+		if err != nil {
+			return "", err
+		}
+		if len(r.Answer) != 1 {
+			return "", fmt.Errorf("_client: %v", r.Answer)
+		}
+		return strings.Join(r.Answer[0].(*dns.TXT).Txt, " "), nil
+	}
+	if txt, err := clientTXT(passiveFleet); err != nil || !strings.Contains(txt, "checks=fleet verdicts=own") {
+		t.Errorf("passive instance of check_scope fleet, _client: %q %v, want checks=fleet verdicts=own", txt, err)
+	}
 
 	all := []string{"127.0.0.121", "127.0.0.122", "127.0.0.123", "127.0.0.124"}
 	withoutB1 := []string{"127.0.0.121", "127.0.0.122", "127.0.0.124"}
@@ -224,6 +242,9 @@ func TestCheckScopeZone(t *testing.T) {
 		v, ok, err := passive.Metric(`coredns_pgcluster_segment_verdicts{segment="zone eu/a",zone="` + Zone + `"}`)
 		if err != nil || !ok || v != "2" {
 			return fmt.Errorf("segment_verdicts of zone eu/a on the passive instance: %q %v %v, want 2 (the last read)", v, ok, err)
+		}
+		if txt, err := clientTXT(passiveFleet); err != nil || !strings.Contains(txt, "checks=fleet verdicts=last") {
+			return fmt.Errorf("passive instance of check_scope fleet without Redis, _client: %q %v, want checks=fleet verdicts=last", txt, err)
 		}
 		return nil
 	})
