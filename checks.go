@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -115,9 +116,9 @@ func (s *settings) lockConfig(seg string, passive bool, logf func(string, ...any
 }
 
 // follow starts following the verdicts of segment seg, passing each View
-// to apply, until the checks stop; it returns the count of the segment's
-// live probers, and whether Redis answers (see probers).
-func (ch *checks) follow(seg string, apply func(health.View)) func() (int, bool) {
+// to apply, until the checks stop or stop is called; it returns the count
+// of the segment's live probers, and whether Redis answers (see probers).
+func (ch *checks) follow(seg string, apply func(health.View)) (func() (int, bool), func()) {
 	logf := redisLogf(rediserr.Watch(ch.rdb))
 	coord, err := lock.NewCoordinator(ch.rdb, ch.cfg.lockConfig(seg, true, func(format string, args ...any) {
 		if strings.HasPrefix(format, "Redis ") {
@@ -130,17 +131,24 @@ func (ch *checks) follow(seg string, apply func(health.View)) func() (int, bool)
 	if err != nil {
 		// The fleet's options made the home coordinator: only a bug gets here.
 		log.Errorf("Health checks: cannot follow %s: %v", seg, err)
-		return func() (int, bool) { return 0, false }
+		return func() (int, bool) { return 0, false }, func() {}
 	}
 	ch.fmu.Lock()
 	defer ch.fmu.Unlock()
 	if ch.ctx == nil || ch.stopped {
-		return func() (int, bool) { return 0, false }
+		return func() (int, bool) { return 0, false }, func() {}
 	}
 	coord.SetTargets(ch.targets)
 	ch.follows = append(ch.follows, coord)
-	ch.wg.Go(func() { coord.Run(ch.ctx, apply) })
-	return probers(coord)
+	ctx, cancel := context.WithCancel(ch.ctx)
+	ch.wg.Go(func() { coord.Run(ctx, apply) })
+	stop := func() {
+		cancel()
+		ch.fmu.Lock()
+		defer ch.fmu.Unlock()
+		ch.follows = slices.DeleteFunc(ch.follows, func(c *lock.Coordinator) bool { return c == coord })
+	}
+	return probers(coord), stop
 }
 
 // passiveVerdicts says, for a passive instance of check_scope fleet, whose

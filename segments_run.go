@@ -31,7 +31,7 @@ import (
 type segmentation struct {
 	set    *settings
 	home   *publisher
-	follow func(seg string, apply func(health.View)) (probers func() (int, bool))
+	follow func(seg string, apply func(health.View)) (probers func() (int, bool), stop func())
 
 	mu   sync.Mutex // one change at a time; guards what follows
 	segs map[string]*segment
@@ -59,6 +59,7 @@ type segment struct {
 	name    string
 	pub     *publisher
 	probers func() (int, bool)
+	stop    func()      // stops following it
 	view    health.View // its own probers' verdicts, as last read
 	// using says whose verdicts answer its clients: "own", or "fleet"
 	// while it has no live prober; read by _client's TXT.
@@ -94,8 +95,9 @@ func (s *settings) segmentKey(pl place) (place, bool) {
 }
 
 // rowsApplied follows the rows the home publisher applied: each segment's
-// publisher applies them too, and the segments of the networks' places
-// not followed yet are followed from now on.
+// publisher applies them too, the segments of the networks' places not
+// followed yet are followed from now on, and those no network places any
+// more are not followed any longer.
 func (sg *segmentation) rowsApplied(u rowsUpdate) {
 	sg.mu.Lock()
 	defer sg.mu.Unlock()
@@ -106,9 +108,30 @@ func (sg *segmentation) rowsApplied(u rowsUpdate) {
 	if places == nil || sg.follow == nil {
 		return
 	}
-	added := false
+	changed := false
 	byPlace := maps.Clone(*sg.byPlace.Load())
 	home := sg.set.home()
+	placed := map[place]bool{}
+	for _, pl := range places.places {
+		if key, ok := sg.set.segmentKey(pl); ok {
+			placed[key] = true
+		}
+	}
+	var dropped []string
+	for key, seg := range byPlace {
+		if !placed[key] {
+			delete(byPlace, key)
+			delete(sg.segs, seg.name)
+			seg.stop()
+			segmentVerdicts.DeleteLabelValues(sg.set.zones[0], seg.name)
+			dropped = append(dropped, seg.name)
+			changed = true
+		}
+	}
+	if len(dropped) > 0 {
+		slices.Sort(dropped)
+		log.Infof("Health checks: no network places clients in %v any more: not following their verdicts", dropped)
+	}
 	for _, pl := range places.places {
 		key, ok := sg.set.segmentKey(pl)
 		name := sg.set.segmentOf(key)
@@ -130,12 +153,12 @@ func (sg *segmentation) rowsApplied(u rowsUpdate) {
 			seg = &segment{name: name, pub: sg.home.fork()}
 			seg.using.Store(usingLast)
 			sg.segs[name] = seg
-			seg.probers = sg.follow(name, func(v health.View) { sg.setSegment(seg, v) })
+			seg.probers, seg.stop = sg.follow(name, func(v health.View) { sg.setSegment(seg, v) })
 		}
 		byPlace[key] = seg
-		added = true
+		changed = true
 	}
-	if added {
+	if changed {
 		sg.byPlace.Store(&byPlace)
 		log.Infof("Health checks: following the verdicts of %d other %ss for their clients: %v", len(sg.segs), sg.set.checkScope, slices.Sorted(maps.Keys(sg.segs)))
 	}

@@ -227,6 +227,22 @@ func TestCheckScopeZone(t *testing.T) {
 		t.Error(err)
 	}
 
+	// Zone c's network goes: the instances that followed zone c's
+	// verdicts for its clients stop following them.
+	reg.MustExec(t, "DELETE FROM pgcluster_networks WHERE network = '10.3.0.0/16'")
+	Eventually(t, 10*time.Second, func() error {
+		for i, in := range ins[:len(ins)-1] {
+			_, ok, err := in.Metric(`coredns_pgcluster_segment_verdicts{segment="zone eu/c",zone="` + Zone + `"}`)
+			if err != nil || ok {
+				return fmt.Errorf("instance %d still follows zone eu/c after its network went (%v)", i, err)
+			}
+		}
+		return nil
+	})
+	if !strings.Contains(ins[0].Log(), "no network places clients in [zone eu/c] any more") {
+		t.Errorf("instance 0's log does not say it stopped following zone eu/c:\n%s", ins[0].Log())
+	}
+
 	// Redis stops: the passive instance can neither read the verdicts
 	// nor follow the registry; it answers its last ones, says so in
 	// _client's TXT and a metric, and reaches no database meanwhile.
