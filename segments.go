@@ -98,13 +98,33 @@ func (s *settings) segmented() bool { return s.checkScope == scopeZone || s.chec
 // that scope (its clients are answered with this instance's segment's
 // verdicts).
 func (s *settings) segmentOf(pl place) string {
+	key, ok := s.segmentKey(pl)
+	if !ok {
+		return ""
+	}
+	return segmentName(key)
+}
+
+// segmentKey is the place key of pl's segment: the region and zone with
+// check_scope zone, the region alone with region; ok false when pl names
+// no segment at that scope.
+func (s *settings) segmentKey(pl place) (place, bool) {
 	switch {
 	case s.checkScope == scopeZone && pl.region != "" && pl.zone != "":
-		return "zone " + pl.region + "/" + pl.zone
+		return pl, true
 	case s.checkScope == scopeRegion && pl.region != "":
-		return "region " + pl.region
+		return place{region: pl.region}, true
 	}
-	return ""
+	return place{}, false
+}
+
+// segmentName names the segment of a place key (see segmentKey): "zone
+// REGION/ZONE" when it has a zone, else "region REGION".
+func segmentName(key place) string {
+	if key.zone != "" {
+		return "zone " + key.region + "/" + key.zone
+	}
+	return "region " + key.region
 }
 
 // home is the segment this instance runs in: "" with check_scope fleet.
@@ -134,9 +154,9 @@ func ParseSegment(s string) (string, error) {
 	case bad != "":
 		return "", errors.New(bad)
 	case kind == scopeZone && hasZone && r != "" && z != "":
-		return "zone " + r + "/" + z, nil
+		return segmentName(place{r, z}), nil
 	case kind == scopeRegion && !hasZone && r != "":
-		return "region " + r, nil
+		return segmentName(place{region: r}), nil
 	}
 	return "", fmt.Errorf("%q is not zone:REGION/ZONE or region:REGION", s)
 }

@@ -81,19 +81,6 @@ func newSegmentation(set *settings, home *publisher) *segmentation {
 	return sg
 }
 
-// segmentKey is the place key of pl's segment: the region and zone with
-// check_scope zone, the region alone with region; ok false when pl names
-// no segment at that scope.
-func (s *settings) segmentKey(pl place) (place, bool) {
-	switch {
-	case s.checkScope == scopeZone && pl.region != "" && pl.zone != "":
-		return pl, true
-	case s.checkScope == scopeRegion && pl.region != "":
-		return place{region: pl.region}, true
-	}
-	return place{}, false
-}
-
 // rowsApplied follows the rows the home publisher applied: each segment's
 // publisher applies them too, the segments of the networks' places not
 // followed yet are followed from now on, and those no network places any
@@ -134,8 +121,11 @@ func (sg *segmentation) rowsApplied(u rowsUpdate) {
 	}
 	for _, pl := range places.places {
 		key, ok := sg.set.segmentKey(pl)
-		name := sg.set.segmentOf(key)
-		if !ok || name == home {
+		if !ok {
+			continue
+		}
+		name := segmentName(key)
+		if name == home {
 			continue
 		}
 		if _, known := byPlace[key]; known {
