@@ -3,7 +3,6 @@ package pgcluster
 import (
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -120,14 +119,11 @@ func (s *settings) lockConfig(seg string, passive bool, logf func(string, ...any
 // of the segment's live probers, and whether Redis answers (see probers).
 func (ch *checks) follow(seg string, apply func(health.View)) (func() (int, bool), func()) {
 	logf := redisLogf(rediserr.Watch(ch.rdb))
-	coord, err := lock.NewCoordinator(ch.rdb, ch.cfg.lockConfig(seg, true, func(format string, args ...any) {
-		if strings.HasPrefix(format, "Redis ") {
-			// Redis answers, or does not: the home coordinator says so,
-			// once for every segment (see segmentation.mix).
-			return
-		}
-		logf(seg+": "+format, args...)
-	}, nil))
+	cfg := ch.cfg.lockConfig(seg, true, func(format string, args ...any) { logf(seg+": "+format, args...) }, nil)
+	// Redis answers, or does not: the home coordinator says so, once for
+	// every segment (see segmentation.mix).
+	cfg.QuietModes = true
+	coord, err := lock.NewCoordinator(ch.rdb, cfg)
 	if err != nil {
 		// The fleet's options made the home coordinator: only a bug gets here.
 		log.Errorf("Health checks: cannot follow %s: %v", seg, err)

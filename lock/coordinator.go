@@ -89,6 +89,10 @@ type Config struct {
 	// one segment cannot be replayed into another, where the node it
 	// judges may not be reachable.
 	Segment string
+	// QuietModes: this coordinator's changes of mode (Redis answers, or
+	// does not) are not logged: another coordinator of the same instance
+	// on the same Redis (a passive follower of another segment) says so.
+	QuietModes bool
 }
 
 // macKey is what a status of key is signed as: the key, and the segment
@@ -928,11 +932,11 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// member takes what the others' return moves away again.
 			c.takeFrom = time.Now().Add(c.b.cycle + c.stagger())
 			c.quietUntil = c.takeFrom.Add(c.b.interval)
-			c.logf("Redis answers again: rejoining the fleet, %d members", len(members))
+			c.modef("Redis answers again: rejoining the fleet, %d members", len(members))
 		} else if c.cfg.Passive {
-			c.logf("Redis answers: following the fleet's statuses without probing, %d members", len(members))
+			c.modef("Redis answers: following the fleet's statuses without probing, %d members", len(members))
 		} else {
-			c.logf("Redis answers: coordinating with the fleet, %d members", len(members))
+			c.modef("Redis answers: coordinating with the fleet, %d members", len(members))
 		}
 		c.mode = ModeCoordinated
 		c.observe(func(o Observer) { o.Mode(ModeCoordinated) })
@@ -1086,6 +1090,14 @@ func (c *Coordinator) leave() {
 func (c *Coordinator) logf(format string, args ...any) {
 	if c.cfg.Logf != nil {
 		c.cfg.Logf(format, args...)
+	}
+}
+
+// modef logs a change of mode, or a Redis call that may lead to one, unless
+// QuietModes.
+func (c *Coordinator) modef(format string, args ...any) {
+	if !c.cfg.QuietModes {
+		c.logf(format, args...)
 	}
 }
 

@@ -61,9 +61,9 @@ func (c *Coordinator) failed(start time.Time, err error) {
 			// Local mode began on a deadline: say now what is wrong.
 			c.causeTold = true
 			if c.cfg.Passive {
-				c.logf("Redis does not answer (%v): still answering the statuses last read", c.cause)
+				c.modef("Redis does not answer (%v): still answering the statuses last read", c.cause)
 			} else {
-				c.logf("Redis does not answer (%v): still checking every backend locally", c.cause)
+				c.modef("Redis does not answer (%v): still checking every backend locally", c.cause)
 			}
 		}
 		return
@@ -76,6 +76,9 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		c.failingSince = now
 	case !start.Before(c.failingSince) && now.Sub(c.failingSince) >= c.b.outageAfter():
 		c.goLocal()
+		return
+	}
+	if c.cfg.QuietModes {
 		return
 	}
 	// A cause found after deadlines has a line of its own.
@@ -123,9 +126,9 @@ func (c *Coordinator) goLocal() {
 	c.failingSince = time.Time{}
 	c.causeTold = !deadline(c.cause)
 	if c.cfg.Passive {
-		c.logf("Redis does not answer (%v): answering the statuses last read until it does (a passive instance probes nothing)", c.cause)
+		c.modef("Redis does not answer (%v): answering the statuses last read until it does (a passive instance probes nothing)", c.cause)
 	} else {
-		c.logf("Redis does not answer (%v): checking every backend locally until it does", c.cause)
+		c.modef("Redis does not answer (%v): checking every backend locally until it does", c.cause)
 	}
 	c.observe(func(o Observer) { o.Mode(ModeLocal) })
 	clear(c.held)

@@ -3,6 +3,8 @@ package lock
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,5 +107,34 @@ func TestSegmentStatusNotReplayable(t *testing.T) {
 	}
 	if _, err := cfgB.VetStatus("c/n0", st.V, stored, now); err == nil {
 		t.Fatal("segment b accepts a status signed for segment a")
+	}
+}
+
+// A coordinator with QuietModes (a passive follower of another segment,
+// beside the instance's own) logs no change of mode: its instance's own
+// coordinator says Redis is gone, once.
+func TestCoordinatorQuietModes(t *testing.T) {
+	srv := redistest.Start(t)
+	b := newBackend(t)
+	targets := []health.Target{{Key: "c/n0", Addr: b.addr}}
+	startInstance(t, newClient(t, srv), targets)
+	var mu sync.Mutex
+	var lines []string
+	cfg := Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second, QuietModes: true,
+		Logf: func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			lines = append(lines, fmt.Sprintf(format, args...))
+		}}
+	p := startPassive(t, newClient(t, srv), targets, cfg)
+	eventually(t, 10*time.Second, "the quiet follower follows", func() bool { return p.coord.Mode() == ModeCoordinated })
+	srv.Stop()
+	eventually(t, 5*time.Second, "the quiet follower notices Redis is gone", func() bool { return p.coord.Mode() == ModeLocal })
+	mu.Lock()
+	defer mu.Unlock()
+	for _, l := range lines {
+		if strings.Contains(l, "Redis answers") || strings.Contains(l, "Redis does not answer") || strings.Contains(l, "a Redis call failed") {
+			t.Errorf("a coordinator with QuietModes logged its mode: %q", l)
+		}
 	}
 }
