@@ -83,11 +83,7 @@ func startAttackFleet(t *testing.T, n, k int, secret []byte) *attackFleet {
 	t.Helper()
 	f := &attackFleet{srv: redistest.Start(t), secret: secret}
 	f.raw = f.srv.Client(t)
-	for i := range k {
-		b := newBackend(t)
-		f.backends = append(f.backends, b)
-		f.targets = append(f.targets, health.Target{Key: fmt.Sprintf("c/n%d", i), Addr: b.addr})
-	}
+	f.backends, f.targets = newBackends(t, k)
 	for range n {
 		f.start(t)
 	}

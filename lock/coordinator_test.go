@@ -35,6 +35,19 @@ func newBackend(t *testing.T) *backend {
 	return b
 }
 
+// newBackends returns k backends and their targets, keys "c/n0"... in order.
+func newBackends(t *testing.T, k int) ([]*backend, []health.Target) {
+	t.Helper()
+	var bs []*backend
+	var ts []health.Target
+	for i := range k {
+		b := newBackend(t)
+		bs = append(bs, b)
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c/n%d", i), Addr: b.addr})
+	}
+	return bs, ts
+}
+
 func (b *backend) serve() {
 	for {
 		c, err := b.ln.Accept()
@@ -174,13 +187,7 @@ func totalHeld(ins []*instance) (total, most int) {
 // itself, and when Redis is back they coordinate again.
 func TestCoordinatorFleet(t *testing.T) {
 	srv := redistest.Start(t)
-	var backends []*backend
-	var targets []health.Target
-	for i := range 12 {
-		b := newBackend(t)
-		backends = append(backends, b)
-		targets = append(targets, health.Target{Key: fmt.Sprintf("c/n%d", i), Addr: b.addr})
-	}
+	backends, targets := newBackends(t, 12)
 	var ins []*instance
 	for range 3 {
 		ins = append(ins, startInstance(t, newClient(t, srv), targets))

@@ -35,13 +35,7 @@ func startPassive(t *testing.T, rdb redis.UniversalClient, targets []health.Targ
 // and it follows again when Redis returns.
 func TestCoordinatorPassive(t *testing.T) {
 	srv := redistest.Start(t)
-	var backends []*backend
-	var targets []health.Target
-	for i := range 6 {
-		b := newBackend(t)
-		backends = append(backends, b)
-		targets = append(targets, health.Target{Key: fmt.Sprintf("c/n%d", i), Addr: b.addr})
-	}
+	backends, targets := newBackends(t, 6)
 	cfg := Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second, Logf: t.Logf}
 	active := []*instance{startInstance(t, newClient(t, srv), targets), startInstance(t, newClient(t, srv), targets)}
 	p := startPassive(t, newClient(t, srv), targets, cfg)
