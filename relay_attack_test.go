@@ -212,6 +212,23 @@ func (g *relayRig) newcomer(never []string) time.Duration {
 	return first
 }
 
+// replayCopy stores a saved registry copy and its log again, and
+// publishes its version, as fast as Redis takes it until the returned
+// function is called: an old copy, genuinely signed, replayed whole.
+func (g *relayRig) replayCopy(t *testing.T, stored map[string]string, log []redis.Z) func() {
+	ctx := context.Background()
+	key, logKey := g.prefix+"{registry}:copy", g.prefix+"{registry}:log"
+	return repeat(t, 0, func(int) {
+		g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Del(ctx, key, logKey)
+			p.HSet(ctx, key, stored)
+			p.ZAdd(ctx, logKey, log...)
+			p.Publish(ctx, g.prefix+"registry", stored["v"])
+			return nil
+		})
+	})
+}
+
 // repeat runs f every d (0: again as soon as it returns) until the
 // returned function is called (or the test ends).
 func repeat(t *testing.T, d time.Duration, f func(i int)) func() {
@@ -387,15 +404,7 @@ func TestRelayAttackCopyReplayed(t *testing.T) {
 	time.Sleep(relayLease + relayTick)
 	took := g.unhealthy(0, attackNodes)
 	t.Logf("before the replay: pg1 left every answer %v after it was marked unhealthy", took.Round(time.Millisecond))
-	stop := repeat(t, 0, func(int) {
-		g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, key, logKey)
-			p.HSet(ctx, key, saved)
-			p.ZAdd(ctx, logKey, savedLog...)
-			p.Publish(ctx, g.prefix+"registry", saved["v"])
-			return nil
-		})
-	})
+	stop := g.replayCopy(t, saved, savedLog)
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
 		if err := answersExactly(g.fleetNow(), attackNodes[1:]); err != nil {
@@ -655,15 +664,7 @@ func TestRelayAttackReplayAtRejoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.unhealthy(0, attackNodes)
-	stop := repeat(t, 0, func(int) {
-		g.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.Del(ctx, key, logKey)
-			p.HSet(ctx, key, saved)
-			p.ZAdd(ctx, logKey, savedLog...)
-			p.Publish(ctx, g.prefix+"registry", saved["v"])
-			return nil
-		})
-	})
+	stop := g.replayCopy(t, saved, savedLog)
 	for end := time.Now().Add(relayHold + 3*time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 		if err := answersExactly(g.fleetNow(), attackNodes[1:]); err != nil {
 			t.Fatalf("while a copy older than the readers' own read is replayed: %v", err)
