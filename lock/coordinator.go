@@ -191,6 +191,8 @@ type Coordinator struct {
 	subAt        int64                      // Redis µs then
 	subscribed   bool                       // the subscription read every status since the last heartbeat (see afterResync)
 	handoffs     map[string]time.Time       // targets whose owner changed: left to it until then (see deferred)
+	returnOwners map[string]string          // after a return, until returnUntil: each target's owner before the outage (see deferred)
+	returnUntil  time.Time                  // the end of a return's handoff (see plan)
 	takeFrom     time.Time                  // no lease is taken before (see Run and plan)
 	tookFirst    bool                       // a round of takes ended since the start (see deferred)
 	quietUntil   time.Time                  // leases taken before are not probed at once (a return: see plan)
@@ -805,6 +807,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 		taken = append(taken, seize...)
 	}
 	var kick []string
+	var rewrite []recorded
 	c.mu.Lock()
 	c.answered()
 	for _, k := range p.release {
@@ -813,7 +816,11 @@ func (c *Coordinator) tend(ctx context.Context) {
 	for _, k := range taken {
 		c.held[k] = true
 		c.writtenBy[k] = false
-		if p.kickTaken {
+		own, found := c.own[k]
+		switch {
+		case p.rewrite[k] && found:
+			rewrite = append(rewrite, recorded{health.Target{Key: k, Addr: c.targets[k]}, own})
+		case p.kickTaken:
 			kick = append(kick, k)
 		}
 	}
@@ -822,6 +829,9 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.signal()
 	}
 	c.mu.Unlock()
+	for _, r := range rewrite {
+		c.Record(r.t, r.p)
+	}
 	for _, k := range kick {
 		p.probeNow(k)
 	}
@@ -860,6 +870,7 @@ func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
 type tendPlan struct {
 	take, release []string        // leases to take and to release
 	kickTaken     bool            // probe the leases taken at once (see plan)
+	rewrite       map[string]bool // write this instance's own verdict of these at once when taken (a return, see plan)
 	tried         map[string]bool // keys whose take failed before (see TakeAll)
 	read          bool            // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
@@ -924,6 +935,20 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 				r.heard = false
 				c.remote[k] = r
 			}
+			// Each target stays with the member that held it before
+			// the outage: that member takes it back at once (below)
+			// and writes what it found in local mode, and the others
+			// stop probing it at once, answering from what they found
+			// until that status comes (see deferred). A fleet that
+			// probed every target once per instance in local mode so
+			// comes back to one prober per target as each instance
+			// hears Redis again, not an interval or two later. After
+			// the handoff, a target whose owner did not write it is
+			// probed here again (an owner that did not come back).
+			if !c.cfg.Passive {
+				c.returnOwners = maps.Clone(c.owners)
+				c.returnUntil = time.Now().Add(c.b.handoff())
+			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
 			// The fleet comes back at once: its members first (after
@@ -965,9 +990,21 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	c.dropHandoffs()
 	now := time.Now()
 	me := c.Token()
+	if !now.Before(c.returnUntil) {
+		c.returnOwners = nil
+	}
 	for k := range c.targets {
 		mine := c.owners[k] == me
 		switch {
+		case mine && !c.held[k] && c.returnOwners[k] == me:
+			// Held before the outage and still ours: taken back at
+			// once, and its status written from what this instance
+			// found in local mode (see tend), not probed at once.
+			p.take = append(p.take, k)
+			if p.rewrite == nil {
+				p.rewrite = map[string]bool{}
+			}
+			p.rewrite[k] = true
 		case mine && !c.held[k] && !now.Before(c.takeFrom):
 			p.take = append(p.take, k)
 		case !mine && c.held[k]:

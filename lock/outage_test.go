@@ -21,6 +21,7 @@ import (
 type modes struct {
 	mu     sync.Mutex
 	locals []time.Time
+	backs  []time.Time // back to coordinated mode after local mode
 	wrote  atomic.Int64
 }
 
@@ -34,11 +35,25 @@ func (m *modes) Write(ok, _ bool) {
 	}
 }
 func (m *modes) Mode(mode string) {
-	if mode == ModeLocal {
-		m.mu.Lock()
-		defer m.mu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case mode == ModeLocal:
 		m.locals = append(m.locals, time.Now())
+	case mode == ModeCoordinated && len(m.locals) > len(m.backs):
+		m.backs = append(m.backs, time.Now())
 	}
+}
+
+// cameBack returns when the coordinator last came back from local mode
+// (zero if it did not).
+func (m *modes) cameBack() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.backs) == 0 {
+		return time.Time{}
+	}
+	return m.backs[len(m.backs)-1]
 }
 
 func (m *modes) wentLocal() []time.Time {

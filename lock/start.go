@@ -158,6 +158,11 @@ func (c *Coordinator) deferred(key string) bool {
 	case ModeLocal:
 		return false
 	}
+	if o, ok := c.returnOwners[key]; ok && o != c.Token() && time.Now().Before(c.returnUntil) {
+		// After a return, left to the member that held it before the
+		// outage until its status comes, or the handoff ends (see plan).
+		return true
+	}
 	switch o := c.owners[key]; {
 	case o == c.Token():
 		// At a start, until its first round of takes has ended (they
