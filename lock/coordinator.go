@@ -180,6 +180,7 @@ type Coordinator struct {
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
+	localAt      int64                      // Redis µs, as known here, when we last went local
 	failingSince time.Time                  // when the first failure of the current failure streak came (see failed)
 	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
@@ -928,12 +929,17 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// outage. Trust them only once published again (a
 			// holder's first write after taking its lease back is),
 			// or rewritten, which a read of every status after every
-			// holder has probed once will show (see reads).
+			// holder has probed once will show (see reads). One
+			// heard since this instance went local was published
+			// since (by a holder that came back before this one, or
+			// that never lost Redis): it stays trusted.
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
 			for k, r := range c.remote {
-				r.heard = false
-				c.remote[k] = r
+				if r.version < c.localAt {
+					r.heard = false
+					c.remote[k] = r
+				}
 			}
 			// Each target stays with the member that held it before
 			// the outage: that member takes it back at once (below)

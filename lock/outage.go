@@ -123,6 +123,7 @@ func (c *Coordinator) goLocal() {
 		return
 	}
 	c.mode = ModeLocal
+	c.localAt = c.now()
 	c.failingSince = time.Time{}
 	c.causeTold = !deadline(c.cause)
 	if c.cfg.Passive {
