@@ -129,4 +129,3 @@ func later(a, b time.Time) time.Time {
 	}
 	return a
 }
-
