@@ -494,6 +494,15 @@ func benchStall(b *testing.B, sz scaleSize, kind string, d, settleMax time.Durat
 	if went > 0 {
 		say("  %d of %d instances went local, %v to %v after the stall began; the last one coordinating again %v after Redis returned",
 			went, n, firstLocal.Round(time.Millisecond), lastLocal.Round(time.Millisecond), lastBack.Round(time.Millisecond))
+		// Until an instance hears Redis again it probes every backend
+		// as in local mode; from when the last one did, the way back
+		// is the rejoin's own.
+		if rest := fl.probes(back.Add(lastBack), end); len(rest) > 0 {
+			most := slices.Max(rest)
+			say("  from when the last instance coordinated again: at most %d per %v (%.2f x the steady mean, %.2f x its max)",
+				most, probeBucket, float64(most)/steadyMean, float64(most)/float64(steadyMax))
+			b.ReportMetric(float64(most)/steadyMean, "rejoined-burst/steady-mean")
+		}
 	} else {
 		say("  no instance went local")
 	}
