@@ -103,3 +103,15 @@ func (b bounds) stale(holder, keyOwner string, version, asOf int64, live map[str
 func (b bounds) safetyEvery(members int) time.Duration {
 	return max(b.resync, 2*time.Duration(members)*b.interval)
 }
+
+// rejoinStep is the most time between two heartbeats in local mode.
+const rejoinStep = 250 * time.Millisecond
+
+// step is how often an instance in local mode asks whether Redis is back:
+// a cycle divided into equal parts of at most rejoinStep, so that a
+// coordinating instance's cycle stays whole steps.
+func (b bounds) step() time.Duration {
+	parts := (b.cycle + rejoinStep - 1) / rejoinStep
+	return b.cycle / max(parts, 1)
+}
+

@@ -56,8 +56,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		if sleep(ctx, time.Until(takeFrom)) != nil {
 			return
 		}
-		c.tend(ctx)
-		c.everyCycle(ctx, nil, func() { c.tend(ctx) })
+		c.tendLoop(ctx)
 	})
 	c.awaitSynced(ctx)
 	if !c.cfg.Passive {
@@ -75,6 +74,31 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 			return
 		case <-c.wake:
 			apply(c.view())
+		}
+	}
+}
+
+// tendLoop runs tend once a cycle, and in local mode once a step (see
+// bounds.step): there its heartbeat is the probe that tells Redis is back,
+// and until it does this instance probes every target itself, so a
+// fleet whose Redis returns is back to one prober per target within a
+// step and a call of it, not within a cycle.
+func (c *Coordinator) tendLoop(ctx context.Context) {
+	step := c.b.step()
+	t := time.NewTicker(step)
+	defer t.Stop()
+	last := time.Now()
+	c.tend(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			if c.Mode() != ModeLocal && now.Sub(last) < c.b.cycle-step/2 {
+				continue
+			}
+			last = now
+			c.tend(ctx)
 		}
 	}
 }
