@@ -224,7 +224,7 @@ func (c *Checker) tick(r *run, w *worker) {
 	now := time.Now()
 	probe, continuing := c.claim(w)
 	if !probe {
-		c.next(r, w, now, false)
+		c.skip(r, w, now)
 		return
 	}
 	// When the budget is short, the probes due longest ago go first, and
@@ -317,6 +317,13 @@ func (c *Checker) check(r *run, w *worker) {
 // w's next tick, Interval after start (at once after a ProbeNow that came
 // meanwhile), unless w stopped.
 func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
+	c.arm(r, w, start.Add(c.cfg.Interval), keep)
+}
+
+// arm opens w's session when keep, else closes it, and arms the timer for
+// w's next tick at at (at once after a ProbeNow that came meanwhile),
+// unless w stopped.
+func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
 	if keep {
 		c.openSession(r, w)
 	} else {
@@ -328,11 +335,29 @@ func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
 		r.wg.Done()
 		return
 	}
-	next := time.Until(start.Add(c.cfg.Interval))
+	next := time.Until(at)
 	if w.again {
 		next, w.again = 0, false
 	}
 	w.timer.Reset(next)
+}
+
+// skip arms the timer for the next tick of w, whose tick at now Shared
+// gave to another checker: an Interval on, rounded to the nearest point of
+// a grid of idleGrid shared by every target (and every process). A fleet
+// instance asks Shared about every target once an Interval and probes only
+// its share: 1,000 targets at 2 s are 500 ticks a second, each waking the
+// process on its own when their times are spread; on the grid, those due
+// together run in one wake (40 a second), at most half a grid step off
+// their rhythm.
+func (c *Checker) skip(r *run, w *worker, now time.Time) {
+	c.arm(r, w, now.Add(c.cfg.Interval).Round(idleGrid(c.cfg.Interval)), false)
+}
+
+// idleGrid is the grid skip rounds ticks to: a fortieth of the interval,
+// at most 50 ms.
+func idleGrid(interval time.Duration) time.Duration {
+	return max(min(interval/40, 50*time.Millisecond), time.Millisecond)
 }
 
 // recorded hands w's progress to Shared and reports its verdict. w.trMu is

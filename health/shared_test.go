@@ -2,6 +2,8 @@ package health
 
 import (
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -122,4 +124,76 @@ func TestProbeNow(t *testing.T) {
 		}
 	}
 	c.ProbeNow("c/none") // not a target: nothing happens
+}
+
+// askLog is a Shared that never probes and notes when each target was
+// asked.
+type askLog struct {
+	mu   sync.Mutex
+	asks map[string][]time.Time
+}
+
+func (a *askLog) Claim(t Target) (bool, Progress) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asks[t.Key] = append(a.asks[t.Key], time.Now())
+	return false, Progress{}
+}
+
+func (a *askLog) Record(Target, Progress) {}
+
+// The targets another checker probes are asked about once an Interval
+// each, on a grid shared by every target, so that those due together cost
+// the process one wake: 200 targets at 400 ms (a grid of 10 ms) are asked
+// at about 40 moments an interval, not at 200.
+func TestSkippedTicksShareWakes(t *testing.T) {
+	const n, interval = 200, 400 * time.Millisecond
+	a := &askLog{asks: map[string][]time.Time{}}
+	c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1, Shared: a})
+	var ts []Target
+	for i := range n {
+		ts = append(ts, Target{Key: fmt.Sprintf("c/n%d", i), Addr: netip.MustParseAddrPort("127.0.0.1:1")})
+	}
+	c.SetTargets(ts)
+	started := time.Now()
+	start(t, c, 0)
+	// The first tick of each is spread over an interval; from the second
+	// on, each is on the grid. Two intervals are counted after that.
+	from := started.Add(2 * interval)
+	to := from.Add(2 * interval)
+	if err := pgtest.WaitFor(10*time.Second, func() error {
+		if time.Now().Before(to.Add(interval / 4)) {
+			return fmt.Errorf("still counting")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	var all []time.Time
+	for k, asks := range a.asks {
+		in := 0
+		for _, at := range asks {
+			if !at.Before(from) && at.Before(to) {
+				in++
+				all = append(all, at)
+			}
+		}
+		if in < 1 || in > 3 {
+			t.Errorf("%s asked %d times in two intervals, want about 2", k, in)
+		}
+	}
+	a.mu.Unlock()
+	// A moment is asks less than 2 ms after the one before.
+	slices.SortFunc(all, func(x, y time.Time) int { return x.Compare(y) })
+	moments := 0
+	for i, at := range all {
+		if i == 0 || at.Sub(all[i-1]) > 2*time.Millisecond {
+			moments++
+		}
+	}
+	t.Logf("%d asks of %d targets in two intervals of %v, at %d moments (grid %v: %d)", len(all), n, interval, moments, idleGrid(interval), int(2*interval/idleGrid(interval)))
+	if limit := 3 * int(interval/idleGrid(interval)); moments > limit {
+		t.Errorf("asks at %d moments in two intervals, over %d: each target's tick wakes the process on its own", moments, limit)
+	}
 }
