@@ -114,4 +114,3 @@ func (b bounds) step() time.Duration {
 	parts := (b.cycle + rejoinStep - 1) / rejoinStep
 	return b.cycle / max(parts, 1)
 }
-
