@@ -27,10 +27,10 @@ import (
 // per backend per interval in each 10 s window (1.00: one prober), when
 // the fleet settled (from the start, to the first 10 s window within
 // 1.00 ± 0.05 after which every window stays there), the peak 100 ms
-// bucket against the steady state's, how many times instances went into
-// local mode (coredns_pgcluster_redis_mode, sampled every second), and
-// the machine's load average and sockets (/proc/loadavg,
-// /proc/net/sockstat) at the end. b.N is ignored: one run is one
+// bucket against the steady state's, the instances' CPU over the last
+// 30 s (/proc/<pid>/stat), how many times instances went into local mode
+// (their log lines), and the machine's load average and sockets
+// (/proc/loadavg, /proc/net/sockstat) at the end. b.N is ignored: one run is one
 // measurement.
 //
 // FLEET_SCALE_INSTANCES (default 40), FLEET_SCALE_BACKENDS (1000) and
@@ -83,39 +83,13 @@ func BenchmarkFleetScale(b *testing.B) {
 	wg.Wait()
 	fmt.Printf("fleet scale: %d instances x %d backends, interval %v: started in %v\n", n, m, interval, time.Since(start).Round(time.Millisecond))
 
-	// Local mode, sampled every second per instance.
-	var wentLocal atomic.Int64
-	stopModes := make(chan struct{})
-	modesDone := make(chan struct{})
-	go func() {
-		defer close(modesDone)
-		local := make([]bool, n)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopModes:
-				return
-			case <-t.C:
-			}
-			for i, in := range ins {
-				body, err := get(in.MetricsURL())
-				if err != nil {
-					continue
-				}
-				v, _ := metricValue(body, modeLocal)
-				if now := v == 1; now != local[i] {
-					if now {
-						wentLocal.Add(1)
-					}
-					local[i] = now
-				}
-			}
-		}
-	}()
+	// The instances' CPU over the last part of the window, from /proc:
+	// what one instance costs once the fleet has settled (or not).
+	cpuWindow := min(30*time.Second, hold/3)
+	time.Sleep(time.Until(start.Add(hold - cpuWindow)))
+	before := fleetCPU(ins)
 	time.Sleep(time.Until(start.Add(hold))) // the window watched
-	close(stopModes)
-	<-modesDone
+	cpu := fleetCPU(ins) - before
 	end := time.Now()
 
 	perInterval := func(from, to time.Time) float64 {
@@ -148,7 +122,18 @@ func BenchmarkFleetScale(b *testing.B) {
 	peak, at := counts.peak()
 	fmt.Printf("fleet scale: peak %d probes in a %v bucket at %v after the start; steady state %.0f (x%.2f)\n",
 		peak, bucket, at.Round(bucket), steady, float64(peak)/steady)
-	fmt.Printf("fleet scale: instances went into local mode %d times (sampled every second)\n", wentLocal.Load())
+	fmt.Printf("fleet scale: CPU over the last %v: %.2f cores for the fleet, %.2f%% of a core per instance\n",
+		cpuWindow, cpu.Seconds()/cpuWindow.Seconds(), 100*cpu.Seconds()/cpuWindow.Seconds()/float64(n))
+	// Local mode, from the instances' logs (one line each time; metrics
+	// scraped from a starved fleet miss most of it).
+	wentLocal, instancesLocal := 0, 0
+	for _, in := range ins {
+		if k := strings.Count(in.Log(), "checking every backend locally until it does"); k > 0 {
+			wentLocal += k
+			instancesLocal++
+		}
+	}
+	fmt.Printf("fleet scale: instances went into local mode %d times (%d of %d instances, from their logs)\n", wentLocal, instancesLocal, n)
 	load, _ := os.ReadFile("/proc/loadavg")
 	sock, _ := os.ReadFile("/proc/net/sockstat")
 	fmt.Printf("fleet scale: load average %s", load)
@@ -157,7 +142,35 @@ func BenchmarkFleetScale(b *testing.B) {
 			fmt.Printf("fleet scale: %s", l)
 		}
 	}
+	// Measured: a starved fleet's graceful stops take minutes each.
+	for _, in := range ins {
+		in.Kill()
+	}
 }
+
+// fleetCPU is the CPU time the instances' processes have used so far
+// (utime + stime of /proc/<pid>/stat).
+func fleetCPU(ins []*Instance) time.Duration {
+	var ticks int64
+	for _, in := range ins {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", in.Pid()))
+		if err != nil {
+			continue
+		}
+		// The fields after the command, which is in parentheses.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 12 {
+			u, _ := strconv.ParseInt(f[11], 10, 64)
+			s, _ := strconv.ParseInt(f[12], 10, 64)
+			ticks += u + s
+		}
+	}
+	return time.Duration(ticks) * time.Second / clockTicks
+}
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times: 100 on every Linux architecture Go supports.
+const clockTicks = 100
 
 // probeCounter counts probes in fixed buckets from its start.
 type probeCounter struct {
