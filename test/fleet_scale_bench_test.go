@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -128,13 +129,26 @@ func BenchmarkFleetScale(b *testing.B) {
 	// Local mode, from the instances' logs (one line each time; metrics
 	// scraped from a starved fleet miss most of it).
 	wentLocal, instancesLocal := 0, 0
+	why := map[string]int{} // what the lines say Redis did
 	for _, in := range ins {
-		if k := strings.Count(in.Log(), "checking every backend locally until it does"); k > 0 {
+		k := 0
+		for l := range strings.Lines(in.Log()) {
+			if i := strings.Index(l, "Redis does not answer ("); i >= 0 && strings.Contains(l, "checking every backend locally until it does") {
+				k++
+				cause := l[i+len("Redis does not answer ("):]
+				cause = cause[:max(strings.LastIndex(cause, "): checking"), 0)]
+				why[cause]++
+			}
+		}
+		if k > 0 {
 			wentLocal += k
 			instancesLocal++
 		}
 	}
 	fmt.Printf("fleet scale: instances went into local mode %d times (%d of %d instances, from their logs)\n", wentLocal, instancesLocal, n)
+	for _, cause := range slices.Sorted(maps.Keys(why)) {
+		fmt.Printf("fleet scale:   %4d x %s\n", why[cause], cause)
+	}
 	load, _ := os.ReadFile("/proc/loadavg")
 	sock, _ := os.ReadFile("/proc/net/sockstat")
 	fmt.Printf("fleet scale: load average %s", load)
