@@ -68,6 +68,12 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		}
 		return
 	}
+	if c.returnOwners != nil && !start.Before(c.answeredAt) {
+		// Redis fails again (a call sent since it last answered) while
+		// the others' targets are left to them after a return: their
+		// statuses may not come. Each is probed here again at its tick.
+		c.returnOwners = nil
+	}
 	now := time.Now()
 	switch {
 	case start.Before(c.answeredAt):

@@ -182,9 +182,12 @@ func (c *Coordinator) deferred(key string) bool {
 	case ModeLocal:
 		return false
 	}
-	if o, ok := c.returnOwners[key]; ok && o != c.Token() && time.Now().Before(c.returnUntil) {
+	if o, ok := c.returnOwners[key]; ok && o != c.Token() && time.Now().Before(c.returnUntil) && !c.turning(key) {
 		// After a return, left to the member that held it before the
 		// outage until its status comes, or the handoff ends (see plan).
+		// One whose verdict here was turning (a rise or a fall begun in
+		// local mode) is probed on until that status comes: its last
+		// verdict here is about to be wrong.
 		return true
 	}
 	switch o := c.owners[key]; {
@@ -199,6 +202,14 @@ func (c *Coordinator) deferred(key string) bool {
 	}
 	until, ok := c.handoffs[key]
 	return ok && time.Now().Before(until)
+}
+
+// turning reports whether this instance's own verdict of key is between
+// two states: successes counted towards a rise, or failures towards a
+// fall. c.mu is held.
+func (c *Coordinator) turning(key string) bool {
+	p, ok := c.own[key]
+	return ok && (p.Verdict.State == health.Up && p.Fail > 0 || p.Verdict.State != health.Up && p.OK > 0)
 }
 
 // dropHandoffs forgets the handoffs that are over, and those of keys that
