@@ -88,10 +88,10 @@ func BenchmarkFleetScale(b *testing.B) {
 	// what one instance costs once the fleet has settled (or not).
 	cpuWindow := min(30*time.Second, hold/3)
 	time.Sleep(time.Until(start.Add(hold - cpuWindow)))
-	before, cpuFrom := fleetCPU(ins), time.Now()
+	before, cpuFrom := fleetCPU(b, ins), time.Now()
 	time.Sleep(time.Until(start.Add(hold))) // the window watched
 	// A starved benchmark wakes late: the window is what it was.
-	cpu, cpuWindow := fleetCPU(ins)-before, time.Since(cpuFrom)
+	cpu, cpuWindow := fleetCPU(b, ins)-before, time.Since(cpuFrom)
 	end := time.Now()
 
 	perInterval := func(from, to time.Time) float64 {
@@ -164,28 +164,14 @@ func BenchmarkFleetScale(b *testing.B) {
 }
 
 // fleetCPU is the CPU time the instances' processes have used so far
-// (utime + stime of /proc/<pid>/stat).
-func fleetCPU(ins []*Instance) time.Duration {
-	var ticks int64
+// (procCPU).
+func fleetCPU(b *testing.B, ins []*Instance) time.Duration {
+	var d time.Duration
 	for _, in := range ins {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", in.Pid()))
-		if err != nil {
-			continue
-		}
-		// The fields after the command, which is in parentheses.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 12 {
-			u, _ := strconv.ParseInt(f[11], 10, 64)
-			s, _ := strconv.ParseInt(f[12], 10, 64)
-			ticks += u + s
-		}
+		d += procCPU(b, in.Pid())
 	}
-	return time.Duration(ticks) * time.Second / clockTicks
+	return d
 }
-
-// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
-// times: 100 on every Linux architecture Go supports.
-const clockTicks = 100
 
 // probeCounter counts probes in fixed buckets from its start.
 type probeCounter struct {
