@@ -819,7 +819,9 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.writtenBy[k] = false
 		own, found := c.own[k]
 		switch {
-		case p.rewrite[k] && found:
+		case c.returnOwners[k] == c.Token() && found:
+			// Held before the outage: its status is written from what
+			// this instance found in local mode (see plan).
 			rewrite = append(rewrite, recorded{health.Target{Key: k, Addr: c.targets[k]}, own})
 		case p.kickTaken:
 			kick = append(kick, k)
@@ -871,7 +873,6 @@ func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
 type tendPlan struct {
 	take, release []string        // leases to take and to release
 	kickTaken     bool            // probe the leases taken at once (see plan)
-	rewrite       map[string]bool // write this instance's own verdict of these at once when taken (a return, see plan)
 	tried         map[string]bool // keys whose take failed before (see TakeAll)
 	read          bool            // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
@@ -957,10 +958,12 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
-			// The fleet comes back at once: its members first (after
-			// an outage longer than a membership, Redis holds none),
-			// then their leases, staggered as at a start, so that no
-			// member takes what the others' return moves away again.
+			// Leases this instance did not hold before the outage (the
+			// members changed meanwhile) come later: the fleet comes
+			// back at once, its members first (after an outage longer
+			// than a membership, Redis holds none), then those leases,
+			// staggered as at a start, so that no member takes what the
+			// others' return moves away again.
 			c.takeFrom = time.Now().Add(c.b.cycle + c.stagger())
 			c.quietUntil = c.takeFrom.Add(c.b.interval)
 			c.modef("Redis answers again: rejoining the fleet, %d members", len(members))
@@ -1002,16 +1005,11 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	for k := range c.targets {
 		mine := c.owners[k] == me
 		switch {
-		case mine && !c.held[k] && c.returnOwners[k] == me:
-			// Held before the outage and still ours: taken back at
-			// once, and its status written from what this instance
-			// found in local mode (see tend), not probed at once.
-			p.take = append(p.take, k)
-			if p.rewrite == nil {
-				p.rewrite = map[string]bool{}
-			}
-			p.rewrite[k] = true
-		case mine && !c.held[k] && !now.Before(c.takeFrom):
+		case mine && !c.held[k] && (c.returnOwners[k] == me || !now.Before(c.takeFrom)):
+			// Ours: taken from takeFrom on; one held before an outage
+			// is taken back at once, and its status written from what
+			// this instance found in local mode (see tend), not probed
+			// at once.
 			p.take = append(p.take, k)
 		case !mine && c.held[k]:
 			p.release = append(p.release, k)
