@@ -538,10 +538,12 @@ func (r *registry) publish(start, now time.Time, changed map[string]bool, full, 
 	if full || networks {
 		u.networks, u.networksSet = r.rows.networks, true
 	}
-	r.apply(u)
+	// Kept before answered: an instance started once an answer was seen
+	// here (a Corefile reload) restores these rows, never the ones before.
 	if r.kept {
 		lastLoads.keep(r.key, r.rows, now)
 	}
+	r.apply(u)
 	r.served = true
 	reloads.WithLabelValues(r.zone(), "ok").Inc()
 	reloadDuration.WithLabelValues(r.zone()).Observe(time.Since(start).Seconds())

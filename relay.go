@@ -1030,13 +1030,17 @@ func (r *relay) apply(u rowsUpdate, at time.Time) {
 
 // publish hands the publisher u, already merged into the rows served
 // here (as of at), and keeps them for the instance after this one.
+//
+// The rows are kept before they are answered: an instance that starts
+// once an answer was seen here (a Corefile reload) restores them, never
+// the rows before.
 func (r *relay) publish(u rowsUpdate, at time.Time) {
 	r.hasRows = true
-	r.pb.applyAt(u)
-	registryVersion.WithLabelValues(r.zone()).Set(float64(u.version))
 	if r.kept {
 		lastLoads.keep(r.key, r.rows, at)
 	}
+	r.pb.applyAt(u)
+	registryVersion.WithLabelValues(r.zone()).Set(float64(u.version))
 	select {
 	case <-r.loaded:
 	default:
