@@ -782,23 +782,33 @@ func soaSerial(t testing.TB, addr string) uint32 {
 // procCPU returns the user and system CPU time the process has used.
 func procCPU(t testing.TB, pid int) time.Duration {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	d, err := readProcCPU(pid)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return d
+}
+
+// readProcCPU is procCPU's reading, with an error for the caller that
+// must not fail the test (another goroutine's).
+func readProcCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
 	}
 	// Fields after the command, which is in parentheses and may hold spaces:
 	// state is field 3, utime 14 and stime 15.
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(f) < 13 {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
 	utime, err1 := strconv.ParseInt(f[11], 10, 64)
 	stime, err2 := strconv.ParseInt(f[12], 10, 64)
 	if err1 != nil || err2 != nil {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
+		return 0, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
-	return time.Duration(utime+stime) * time.Second / userHZ
+	return time.Duration(utime+stime) * time.Second / userHZ, nil
 }
 
 // procRSS returns the process's resident set size (VmRSS) in bytes.

@@ -37,7 +37,8 @@ import (
 // FLEET_SCALE_INSTANCES (default 40), FLEET_SCALE_BACKENDS (1000) and
 // FLEET_SCALE_HOLD (how long it watches after the start, default 5m30s:
 // 30 s to settle and 5 minutes held) size it; check tcp, interval 2s,
-// timeout 500ms, rise 1, fall 1.
+// timeout 500ms, rise 1, fall 1. FLEET_SCALE_LOGS names a directory that
+// keeps the instances' logs, each line after the time it was written.
 //
 //	go test -run '^$' -bench FleetScale -benchtime 1x -timeout 30m ./test/
 func BenchmarkFleetScale(b *testing.B) {
@@ -83,6 +84,9 @@ func BenchmarkFleetScale(b *testing.B) {
 	}
 	wg.Wait()
 	fmt.Printf("fleet scale: %d instances x %d backends, interval %v: started in %v\n", n, m, interval, time.Since(start).Round(time.Millisecond))
+	// The fleet's CPU and the machine's load in each window, sampled
+	// beside the run: what a storm starts from.
+	samples := sampleWindows(ins, start, window, hold)
 
 	// The instances' CPU over the last part of the window, from /proc:
 	// what one instance costs once the fleet has settled (or not).
@@ -114,6 +118,31 @@ func BenchmarkFleetScale(b *testing.B) {
 		worst = max(worst, abs(r-1))
 	}
 	fmt.Printf("fleet scale: probes per backend per interval, each %v from the start: %s\n", window, strings.Join(line, " "))
+	local := make([]int, len(line))
+	for _, in := range ins {
+		// Each line after the time it was written (15:04:05.000, today).
+		for l := range strings.Lines(in.StampedLog()) {
+			const stamp = "15:04:05.000"
+			if !strings.Contains(l, "checking every backend locally until it does") || len(l) < len(stamp) {
+				continue
+			}
+			t, err := time.ParseInLocation(stamp, l[:len(stamp)], time.Local)
+			y, mo, d := start.Date()
+			at := time.Date(y, mo, d, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.Local)
+			if i := int(at.Sub(start) / window); err == nil && i >= 0 && i < len(local) {
+				local[i]++
+			}
+		}
+	}
+	ws := <-samples
+	fmt.Printf("fleet scale: %8s %8s %12s %8s %8s\n", "from", "probes", "fleet cores", "load", "local")
+	for i := range line {
+		cores, load := "-", "-"
+		if i < len(ws) {
+			cores, load = fmt.Sprintf("%.2f", ws[i].cpu.Seconds()/window.Seconds()), ws[i].load
+		}
+		fmt.Printf("fleet scale: %8v %8s %12s %8s %8d\n", time.Duration(i)*window, line[i], cores, load, local[i])
+	}
 	if settled < 0 {
 		fmt.Printf("fleet scale: NOT settled to 1.00 ± 0.05 by the end (%v)\n", hold)
 	} else {
@@ -157,10 +186,59 @@ func BenchmarkFleetScale(b *testing.B) {
 			fmt.Printf("fleet scale: %s", l)
 		}
 	}
-	// Measured: a starved fleet's graceful stops take minutes each.
-	for _, in := range ins {
-		in.Kill()
+	if dir := os.Getenv("FLEET_SCALE_LOGS"); dir != "" {
+		for i, in := range ins {
+			name := fmt.Sprintf("%s/instance-%02d.log", dir, i)
+			if err := os.WriteFile(name, []byte(in.StampedLog()), 0o644); err != nil {
+				b.Errorf("keeping an instance's log: %v", err)
+			}
+		}
+		fmt.Printf("fleet scale: the instances' logs, each line after its time, are in %s\n", dir)
 	}
+	// Measured: a starved fleet's graceful stops take minutes each, and
+	// even its kills, one after the other, took minutes: all at once.
+	var killed sync.WaitGroup
+	for _, in := range ins {
+		killed.Go(in.Kill)
+	}
+	killed.Wait()
+}
+
+// windowSample is the fleet's CPU time in one window and the machine's
+// one-minute load average at its end.
+type windowSample struct {
+	cpu  time.Duration
+	load string
+}
+
+// sampleWindows samples the instances' CPU and the load average at the
+// end of each window from start until hold has passed, then sends the
+// samples. It reads /proc without failing the benchmark: an instance
+// that exited adds nothing.
+func sampleWindows(ins []*Instance, start time.Time, window, hold time.Duration) <-chan []windowSample {
+	out := make(chan []windowSample, 1)
+	cpu := func() time.Duration {
+		var d time.Duration
+		for _, in := range ins {
+			if v, err := readProcCPU(in.Pid()); err == nil {
+				d += v
+			}
+		}
+		return d
+	}
+	go func() {
+		var ws []windowSample
+		last := cpu()
+		for at := start.Add(window); !at.After(start.Add(hold)); at = at.Add(window) {
+			time.Sleep(time.Until(at))
+			now := cpu()
+			load, _ := os.ReadFile("/proc/loadavg")
+			ws = append(ws, windowSample{cpu: now - last, load: strings.Fields(string(load) + " -")[0]})
+			last = now
+		}
+		out <- ws
+	}()
+	return out
 }
 
 // fleetCPU is the CPU time the instances' processes have used so far
