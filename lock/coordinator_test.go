@@ -66,8 +66,9 @@ type instance struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu   sync.Mutex
-	view health.View
+	mu    sync.Mutex
+	view  health.View
+	views int // Views applied
 }
 
 const (
@@ -130,6 +131,7 @@ func runInstance(t *testing.T, coord *Coordinator, check *health.Checker) *insta
 		coord.Run(ctx, func(v health.View) {
 			in.mu.Lock()
 			in.view = v
+			in.views++
 			in.mu.Unlock()
 		})
 	})

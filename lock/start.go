@@ -64,7 +64,8 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		// probes nothing to wait for.
 		c.awaitChecked(ctx)
 	}
-	apply(c.view())
+	var views pacer
+	views.run(func() { apply(c.view()) })
 	for {
 		select {
 		case <-ctx.Done():
@@ -73,7 +74,10 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 			c.leave()
 			return
 		case <-c.wake:
-			apply(c.view())
+			// Paced: one View covers every change since the last.
+			if views.wait(ctx) == nil {
+				views.run(func() { apply(c.view()) })
+			}
 		}
 	}
 }
@@ -242,12 +246,27 @@ func (c *Coordinator) awaitChecked(ctx context.Context) {
 	defer look.Stop()
 	known := false
 	kicked := map[string]bool{}
+	var scans pacer
 	for {
-		c.mu.Lock()
-		set := c.targetsSet
-		kick, wait := c.unchecked()
-		mode, probeNow, takeFrom := c.mode, c.probeNow, c.takeFrom
-		c.mu.Unlock()
+		var (
+			set        bool
+			kick, wait []string
+			mode       string
+			probeNow   func(string)
+			takeFrom   time.Time
+		)
+		// Paced: each scan passes over every target, and statuses heard
+		// wake it one by one.
+		if scans.wait(ctx) != nil {
+			return
+		}
+		scans.run(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			set = c.targetsSet
+			kick, wait = c.unchecked()
+			mode, probeNow, takeFrom = c.mode, c.probeNow, c.takeFrom
+		})
 		if set && len(kick) == 0 && len(wait) == 0 {
 			return
 		}
