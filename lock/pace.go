@@ -12,9 +12,9 @@ import (
 // View, a new zone. A change that comes after a quiet spell is handled at
 // once; within a burst, runs are spaced by paceShare times the last one's
 // duration, within [paceFloor, paceCeil], so that they take at most
-// about 1/paceShare of the time (a tenth), and each covers every change since the
-// one before. On a starved machine a run takes longer, and the spacing
-// grows with it.
+// about 1/paceShare of the time (a tenth), and each covers every change
+// since the one before. On a starved machine a run takes longer, and the
+// spacing grows with it.
 const (
 	paceFloor = 5 * time.Millisecond
 	paceShare = 10
@@ -36,10 +36,8 @@ func (p *pacer) wait(ctx context.Context) error {
 	return nil
 }
 
-// run runs fn and notes when it ended and how long it took.
-func (p *pacer) run(fn func()) {
-	start := time.Now()
-	fn()
+// ran notes that a run begun at start has just ended.
+func (p *pacer) ran(start time.Time) {
 	p.done = time.Now()
 	p.took = p.done.Sub(start)
 }

@@ -75,7 +75,7 @@ func TestPacerSpacing(t *testing.T) {
 		{time.Millisecond, paceShare * time.Millisecond},
 		{time.Second, paceCeil},
 	} {
-		p.run(func() {})
+		p.ran(time.Now())
 		p.took = tc.took
 		start := time.Now()
 		if err := p.wait(ctx); err != nil {
@@ -95,7 +95,7 @@ func TestPacerSpacing(t *testing.T) {
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	p.run(func() {})
+	p.ran(time.Now())
 	p.took = time.Second
 	if err := p.wait(cctx); err == nil {
 		t.Error("a wait whose context is done returned no error")

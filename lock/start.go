@@ -65,7 +65,12 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		c.awaitChecked(ctx)
 	}
 	var views pacer
-	views.run(func() { apply(c.view()) })
+	view := func() {
+		start := time.Now()
+		apply(c.view())
+		views.ran(start)
+	}
+	view()
 	for {
 		select {
 		case <-ctx.Done():
@@ -76,7 +81,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		case <-c.wake:
 			// Paced: one View covers every change since the last.
 			if views.wait(ctx) == nil {
-				views.run(func() { apply(c.view()) })
+				view()
 			}
 		}
 	}
@@ -248,25 +253,18 @@ func (c *Coordinator) awaitChecked(ctx context.Context) {
 	kicked := map[string]bool{}
 	var scans pacer
 	for {
-		var (
-			set        bool
-			kick, wait []string
-			mode       string
-			probeNow   func(string)
-			takeFrom   time.Time
-		)
 		// Paced: each scan passes over every target, and statuses heard
 		// wake it one by one.
 		if scans.wait(ctx) != nil {
 			return
 		}
-		scans.run(func() {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			set = c.targetsSet
-			kick, wait = c.unchecked()
-			mode, probeNow, takeFrom = c.mode, c.probeNow, c.takeFrom
-		})
+		start := time.Now()
+		c.mu.Lock()
+		set := c.targetsSet
+		kick, wait := c.unchecked()
+		mode, probeNow, takeFrom := c.mode, c.probeNow, c.takeFrom
+		c.mu.Unlock()
+		scans.ran(start)
 		if set && len(kick) == 0 && len(wait) == 0 {
 			return
 		}
