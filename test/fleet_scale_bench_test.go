@@ -1,6 +1,7 @@
 package test
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net"
@@ -136,20 +137,35 @@ func BenchmarkFleetScale(b *testing.B) {
 		worst = max(worst, abs(r-1))
 	}
 	fmt.Printf("fleet scale: probes per backend per interval, each %v from the start: %s\n", window, strings.Join(line, " "))
+	// Local mode, from the instances' logs (one line each time; metrics
+	// scraped from a starved fleet miss most of it): in which window, and
+	// what the line says Redis did.
 	local := make([]int, len(line))
+	wentLocal, instancesLocal := 0, 0
+	why := map[string]int{}
 	for _, in := range ins {
+		k := 0
 		// Each line after the time it was written (15:04:05.000, today).
 		for l := range strings.Lines(in.StampedLog()) {
-			const stamp = "15:04:05.000"
-			if !strings.Contains(l, "checking every backend locally until it does") || len(l) < len(stamp) {
+			const stamp, said = "15:04:05.000", "Redis does not answer ("
+			i := strings.Index(l, said)
+			if i < 0 || !strings.Contains(l, "checking every backend locally until it does") || len(l) < len(stamp) {
 				continue
 			}
-			t, err := time.ParseInLocation(stamp, l[:len(stamp)], time.Local)
-			y, mo, d := start.Date()
-			at := time.Date(y, mo, d, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.Local)
-			if i := int(at.Sub(start) / window); err == nil && i >= 0 && i < len(local) {
-				local[i]++
+			k++
+			cause := l[i+len(said):]
+			why[cause[:max(strings.LastIndex(cause, "): checking"), 0)]]++
+			if t, err := time.ParseInLocation(stamp, l[:len(stamp)], time.Local); err == nil {
+				y, mo, d := start.Date()
+				at := time.Date(y, mo, d, t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.Local)
+				if w := int(at.Sub(start) / window); w >= 0 && w < len(local) {
+					local[w]++
+				}
 			}
+		}
+		if k > 0 {
+			wentLocal += k
+			instancesLocal++
 		}
 	}
 	ws := <-samples
@@ -173,25 +189,6 @@ func BenchmarkFleetScale(b *testing.B) {
 		peak, bucket, at.Round(bucket), steady, float64(peak)/steady)
 	fmt.Printf("fleet scale: CPU over the last %v: %.2f cores for the fleet, %.2f%% of a core per instance\n",
 		cpuWindow.Round(time.Second), cpu.Seconds()/cpuWindow.Seconds(), 100*cpu.Seconds()/cpuWindow.Seconds()/float64(n))
-	// Local mode, from the instances' logs (one line each time; metrics
-	// scraped from a starved fleet miss most of it).
-	wentLocal, instancesLocal := 0, 0
-	why := map[string]int{} // what the lines say Redis did
-	for _, in := range ins {
-		k := 0
-		for l := range strings.Lines(in.Log()) {
-			if i := strings.Index(l, "Redis does not answer ("); i >= 0 && strings.Contains(l, "checking every backend locally until it does") {
-				k++
-				cause := l[i+len("Redis does not answer ("):]
-				cause = cause[:max(strings.LastIndex(cause, "): checking"), 0)]
-				why[cause]++
-			}
-		}
-		if k > 0 {
-			wentLocal += k
-			instancesLocal++
-		}
-	}
 	fmt.Printf("fleet scale: instances went into local mode %d times (%d of %d instances, from their logs)\n", wentLocal, instancesLocal, n)
 	for _, cause := range slices.Sorted(maps.Keys(why)) {
 		fmt.Printf("fleet scale:   %4d x %s\n", why[cause], cause)
@@ -236,12 +233,7 @@ type windowSample struct {
 func sampleWindows(ins []*Instance, start time.Time, window, hold time.Duration) <-chan []windowSample {
 	out := make(chan []windowSample, 1)
 	cpu := func() time.Duration {
-		var d time.Duration
-		for _, in := range ins {
-			if v, err := readProcCPU(in.Pid()); err == nil {
-				d += v
-			}
-		}
+		d, _ := readFleetCPU(ins)
 		return d
 	}
 	go func() {
@@ -260,13 +252,30 @@ func sampleWindows(ins []*Instance, start time.Time, window, hold time.Duration)
 }
 
 // fleetCPU is the CPU time the instances' processes have used so far
-// (procCPU).
+// (procCPU); one that cannot be read fails the benchmark.
 func fleetCPU(b *testing.B, ins []*Instance) time.Duration {
-	var d time.Duration
-	for _, in := range ins {
-		d += procCPU(b, in.Pid())
+	d, err := readFleetCPU(ins)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return d
+}
+
+// readFleetCPU is fleetCPU's sum, over the instances that can be read,
+// with the first error, for a caller that must not fail the benchmark
+// (another goroutine's).
+func readFleetCPU(ins []*Instance) (time.Duration, error) {
+	var d time.Duration
+	var first error
+	for _, in := range ins {
+		v, err := readProcCPU(in.Pid())
+		if err != nil {
+			first = cmp.Or(first, err)
+			continue
+		}
+		d += v
+	}
+	return d, first
 }
 
 // probeCounter counts probes in fixed buckets from its start.
