@@ -6,6 +6,8 @@ package test
 import (
 	"context"
 	"fmt"
+	"net"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"sync"
@@ -56,6 +58,9 @@ func StartCoreDNS(t testing.TB, corefile string) *Server {
 	s := &Server{inst: inst}
 	srv := inst.Servers()[0]
 	s.UDP, s.TCP = srv.LocalAddr().String(), srv.Addr().String()
+	if err := awaitServing(inst); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() {
 		// Bounded: a server that does not stop fails this test instead of
 		// hanging the whole run until go test's timeout.
@@ -64,7 +69,10 @@ func StartCoreDNS(t testing.TB, corefile string) *Server {
 		select {
 		case <-done:
 		case <-time.After(stopTimeout):
-			t.Errorf("CoreDNS did not stop within %s", stopTimeout)
+			// The goroutines say where the stop hangs.
+			var b strings.Builder
+			pprof.Lookup("goroutine").WriteTo(&b, 1)
+			t.Errorf("CoreDNS did not stop within %s; goroutines:\n%s", stopTimeout, b.String())
 		}
 	})
 	return s
@@ -83,6 +91,35 @@ func (s *Server) Restart(corefile string) error {
 		return err
 	}
 	s.inst = inst
+	return awaitServing(inst)
+}
+
+// awaitServing waits until every listener of inst has answered a query over
+// UDP and over TCP. CoreDNS starts serving in goroutines after Start or
+// Restart returns, and a server stopped before its goroutine has begun to
+// serve keeps serving forever (its shutdown finds it "not started"): a test
+// that reloads again, or stops, right after a start would leave a server of
+// an old instance answering on the port, and Stop would never return. Once
+// Restart has returned the old instance's servers are closed, so an answer
+// comes from the new one.
+func awaitServing(inst *caddy.Instance) error {
+	for _, srv := range inst.Servers() {
+		for _, a := range []struct {
+			net  string
+			addr net.Addr
+		}{{"udp", srv.LocalAddr()}, {"tcp", srv.Addr()}} {
+			if a.addr == nil {
+				continue
+			}
+			err := pgtest.WaitFor(10*time.Second, func() error {
+				_, err := Exchange(a.net, a.addr.String(), Zone, dns.TypeSOA)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("CoreDNS does not serve %s on %s: %v", a.net, a.addr, err)
+			}
+		}
+	}
 	return nil
 }
 
