@@ -181,6 +181,7 @@ type Coordinator struct {
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
 	localAt      int64                      // Redis µs, as known here, when we last went local
+	localCover   map[string]localCover      // in local mode, the others' statuses that still cover their keys until (see goLocal)
 	failingSince time.Time                  // when the first failure of the current failure streak came (see failed)
 	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
@@ -484,11 +485,30 @@ func (c *Coordinator) KeepSession(t health.Target) bool {
 }
 
 // probes reports whether this instance probes key at addr: in local
-// mode, while it holds the lease, and while no live holder's status
+// mode, unless another holder's status still covers it (see goLocal);
+// otherwise while it holds the lease, and while no live holder's status
 // covers it, unless it is left to its owner for now (see deferred). c.mu
 // is held.
 func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
-	return c.mode == ModeLocal || c.held[key] || !c.covered(key, addr) && !c.deferred(key)
+	if c.mode == ModeLocal {
+		return !c.coveredLocal(key, addr)
+	}
+	return c.held[key] || !c.covered(key, addr) && !c.deferred(key)
+}
+
+// localCover is, in local mode, a status of another holder that covered
+// its key when Redis stopped answering: for its address, until its
+// holder's membership as last seen would have lapsed (Redis µs).
+type localCover struct {
+	addr  netip.AddrPort
+	until int64
+}
+
+// coveredLocal reports whether, in local mode, another holder's status
+// still covers key at addr (see goLocal). c.mu is held.
+func (c *Coordinator) coveredLocal(key string, addr netip.AddrPort) bool {
+	lc, ok := c.localCover[key]
+	return ok && lc.addr == addr && c.now() < lc.until
 }
 
 // covered reports whether a live holder's status covers key at addr: a
@@ -755,7 +775,7 @@ func (c *Coordinator) view() health.View {
 		// knew before the outage); else the holder's.
 		own, mine := c.own[k]
 		switch {
-		case mine && (c.mode == ModeLocal || c.held[k] || !c.covered(k, addr)):
+		case mine && (c.mode == ModeLocal && !c.coveredLocal(k, addr) || c.held[k] || !c.covered(k, addr)):
 			p = own
 		case ok:
 			p = r.progress()
@@ -936,6 +956,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// that never lost Redis): it stays trusted.
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
+			c.localCover = nil
 			for k, r := range c.remote {
 				if r.version < c.localAt {
 					r.heard = false

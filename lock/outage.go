@@ -118,15 +118,35 @@ func deadline(err error) bool {
 }
 
 // goLocal switches to local mode: every target is probed here from now on,
-// continuing from the last statuses known. No target is probed at once:
-// those this instance held are probed at their ticks as before, and each
-// of the others at its own tick (the checker spreads them over an
-// interval), so that a fleet that loses Redis raises its probe rate over
-// an interval rather than in one burst. The line logged names the failure
-// streak's cause (see noteCause). c.mu is held.
+// continuing from the last statuses known, but none at once and not all
+// from the start. Those this instance held are probed at their ticks as
+// before. A target another holder's status covers as Redis stops
+// answering is left to that status (in the View too) until the holder's
+// membership, as last seen, would lapse: as long as the fleet, with Redis,
+// would have taken to see the holder gone (see localCover). Each of the
+// others, and each of these once its status lapses, is probed at its own
+// tick (the checker spreads them over an interval). So a fleet that loses
+// Redis raises its probe rate over an interval, and one whose instances
+// miss Redis's deadlines for a few seconds (a Redis starved of CPU by the
+// fleet it serves, say) probes no more than before: were every instance
+// to probe every target at once, their probes would starve Redis further,
+// and the next instances' calls, until the whole fleet probes everything.
+// The line logged names the failure streak's cause (see noteCause). c.mu
+// is held.
 func (c *Coordinator) goLocal() {
 	if c.mode == ModeLocal {
 		return
+	}
+	c.localCover = make(map[string]localCover)
+	for k, addr := range c.targets {
+		if c.held[k] || !c.covered(k, addr) {
+			continue
+		}
+		r := c.remote[k]
+		if asOf, _ := c.asOf(r); asOf+c.b.memberTTL.Microseconds() > c.now() {
+			c.localCover[k] = localCover{addr: addr, until: asOf + c.b.memberTTL.Microseconds()}
+			delete(c.own, k) // older than the holder's status, which the View answers
+		}
 	}
 	c.mode = ModeLocal
 	c.localAt = c.now()
@@ -134,6 +154,9 @@ func (c *Coordinator) goLocal() {
 	c.causeTold = !deadline(c.cause)
 	if c.cfg.Passive {
 		c.modef("Redis does not answer (%v): answering the statuses last read until it does (a passive instance probes nothing)", c.cause)
+	} else if len(c.localCover) > 0 {
+		c.modef("Redis does not answer (%v): checking every backend locally until it does, the %d that other holders' statuses cover once those lapse (within %v)",
+			c.cause, len(c.localCover), c.b.memberTTL)
 	} else {
 		c.modef("Redis does not answer (%v): checking every backend locally until it does", c.cause)
 	}

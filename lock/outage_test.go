@@ -248,20 +248,27 @@ func TestCoordinatorOutageStreak(t *testing.T) {
 	}
 }
 
-// Going local does not probe everything at once: 3 coordinators × 500
-// targets, interval 2 s, Redis stopped. The targets each instance held
-// keep their ticks, and each of the others is first probed here at its
-// own tick, so the probes started in any 200 ms window stay under the
-// coordinated fleet's busiest 200 ms (its pattern stays: the held
-// targets' ticks) plus twice the newly local probes' average ((N-1)/N of
-// N × M per interval: 100 per 200 ms), where kicking every target at once
-// put one instance's (N-1)/N × 500 = 333 probes into a window (measured at
-// an interval of 1 s: a bucket of 509 over a limit of 350). The window is
-// two 100 ms buckets wide, sliding by one: the held targets' ticks come in
-// a burst that a bucket boundary may split one way before Redis stopped and
-// another way after (133+306, then 98+426), and a window of two holds the
-// burst whole either way. Within two intervals of the last instance going
-// local, every instance probes every target.
+// Going local does not probe everything at once, nor everything from the
+// start: 3 coordinators × 500 targets, interval 2 s, Redis stopped. The
+// targets each instance held keep their ticks. The others' targets stay
+// with the statuses their holders last wrote until those holders'
+// memberships, as last seen, would have lapsed (a member TTL after their
+// last heartbeat read here, before Redis stopped): until then the fleet
+// probes no more than it did coordinated, so that instances that miss
+// Redis's deadlines for a few seconds (a Redis starved of CPU by the fleet
+// it serves) do not starve it further by probing everything. Checked: the
+// probes started in that time stay within the coordinated fleet's rate
+// (its last interval before the stop, and a tenth more). Then each target
+// is first probed here at its own tick, so the probes started in any
+// 200 ms window stay under the coordinated fleet's busiest 200 ms plus
+// twice the newly local probes' average ((N-1)/N of N × M per interval:
+// 100 per 200 ms), where kicking every target at once put one instance's
+// (N-1)/N × 500 = 333 probes into a window. The window is two 100 ms
+// buckets wide, sliding by one: the held targets' ticks come in a burst
+// that a bucket boundary may split one way before Redis stopped and
+// another way after, and a window of two holds the burst whole either
+// way. Within an interval of the covers lapsing, every instance probes
+// every target.
 func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	const n, bucket, interval = 500, 100 * time.Millisecond, 2 * time.Second
 	srv := redistest.Start(t)
@@ -288,22 +295,59 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	stopped := time.Now() // calls fail from when Stop begins
 	srv.Stop()
 	eventually(t, 10*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
-	var last time.Time
-	for _, m := range f.modes {
-		if at := m.wentLocal()[0]; at.After(last) {
-			last = at
+	// The covers lapse a member TTL after the last heartbeat each
+	// instance read before the stop: from covered (the first to lapse)
+	// to lapsed (the last), on this host's clock.
+	b, _ := f.ins[0].coord.cfg.bounds()
+	var covered, lapsed time.Time
+	for i, in := range f.ins {
+		in.coord.mu.Lock()
+		nc := len(in.coord.localCover)
+		for _, lc := range in.coord.localCover {
+			at := time.UnixMicro(lc.until).Add(-in.coord.offset)
+			if at.After(lapsed) {
+				lapsed = at
+			}
+			if covered.IsZero() || at.Before(covered) {
+				covered = at
+			}
+		}
+		in.coord.mu.Unlock()
+		t.Logf("instance %d: %d targets left to their holders' statuses", i, nc)
+		if want := n * (len(f.ins) - 1) / len(f.ins) * 8 / 10; nc < want {
+			t.Errorf("instance %d leaves %d targets to their holders' statuses, want about %d (the others' share)", i, nc, n*(len(f.ins)-1)/len(f.ins))
 		}
 	}
-	end := last.Add(2 * interval)
-	eventually(t, 10*time.Second, "two intervals after the last instance went local", func() bool { return time.Now().After(end.Add(outageTimeout)) })
+	if min := stopped.Add(b.memberTTL - b.cycle - MaxCallTimeout); covered.Before(min) {
+		t.Errorf("a cover lapsed %v after Redis stopped, before a member TTL (%v) after the last heartbeat read", covered.Sub(stopped), b.memberTTL)
+	}
+	end := lapsed.Add(2 * interval)
+	eventually(t, 30*time.Second, "two intervals after the covers lapsed", func() bool { return time.Now().After(end.Add(outageTimeout)) })
 
 	steady := f.probesBetween(stopped.Add(-interval), stopped, bucket)
+	steadySum := 0
+	for _, c := range steady {
+		steadySum += c
+	}
+	held := f.probesBetween(stopped, covered, bucket)
+	heldSum := 0
+	for _, c := range held {
+		heldSum += c
+	}
+	heldWant := steadySum * int(covered.Sub(stopped)) / int(interval) * 11 / 10
+	t.Logf("probe starts in the %v after Redis stopped, while the holders' statuses cover their targets: %d (coordinated: %d an interval, so at most %d)",
+		covered.Sub(stopped).Round(time.Millisecond), heldSum, steadySum, heldWant)
+	if heldSum > heldWant {
+		t.Errorf("%d probe starts in the %v after Redis stopped, over the coordinated fleet's %d: the others' targets were probed while their holders' statuses covered them",
+			heldSum, covered.Sub(stopped).Round(time.Millisecond), heldWant)
+	}
+
 	counts := f.probesBetween(stopped, end, bucket)
 	perWindow := func(probers int) int { return probers * n * int(2*bucket) / int(interval) }
 	limit := slices.Max(windows2(steady)) + 2*(perWindow(len(f.ins))-perWindow(1))
 	t.Logf("probe starts per %v, coordinated (the interval before Redis stopped; %d at one probe per target per interval): %v", bucket, perWindow(1)/2, steady)
-	t.Logf("probe starts per %v from Redis stopped (every instance local after %v; %d when every instance probes every target): %v",
-		bucket, last.Sub(stopped).Round(time.Millisecond), perWindow(len(f.ins))/2, counts)
+	t.Logf("probe starts per %v from Redis stopped (covers lapsed after %v; %d when every instance probes every target): %v",
+		bucket, lapsed.Sub(stopped).Round(time.Millisecond), perWindow(len(f.ins))/2, counts)
 	peak := slices.Max(windows2(counts))
 	t.Logf("peak %d per %v, limit %d", peak, 2*bucket, limit)
 	if peak > limit {
