@@ -117,13 +117,21 @@ func deadline(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
+// localCover is how long after its holder was last confirmed a status
+// covers its key in local mode (see goLocal): a lease less an interval,
+// so that a node that stops as Redis does leaves the answers within
+// fall × interval + timeout + a lease (its first probe here comes within
+// an interval of the cover's end), the bound of a node whose holder dies
+// with it while Redis answers (its membership lapses, a cycle passes
+// before the next heartbeat sees it, and the new owner probes at once).
+func (b bounds) localCover() time.Duration { return b.ttl - b.interval }
+
 // goLocal switches to local mode: every target is probed here from now on,
 // continuing from the last statuses known, but none at once and not all
 // from the start. Those this instance held are probed at their ticks as
 // before. A target another holder's status covers as Redis stops
-// answering is left to that status (in the View too) until the holder's
-// membership, as last seen, would lapse: as long as the fleet, with Redis,
-// would have taken to see the holder gone (see localCover). Each of the
+// answering is left to that status (in the View too) for as long as the
+// fleet's bounds allow (see bounds.localCover). Each of the
 // others, and each of these once its status lapses, is probed at its own
 // tick (the checker spreads them over an interval). So a fleet that loses
 // Redis raises its probe rate over an interval, and one whose instances
@@ -143,8 +151,8 @@ func (c *Coordinator) goLocal() {
 			continue
 		}
 		r := c.remote[k]
-		if asOf, _ := c.asOf(r); asOf+c.b.memberTTL.Microseconds() > c.now() {
-			c.localCover[k] = localCover{addr: addr, until: asOf + c.b.memberTTL.Microseconds()}
+		if until, _ := c.asOf(r); until+c.b.localCover().Microseconds() > c.now() {
+			c.localCover[k] = localCover{addr: addr, until: until + c.b.localCover().Microseconds()}
 			delete(c.own, k) // older than the holder's status, which the View answers
 		}
 	}
@@ -156,7 +164,7 @@ func (c *Coordinator) goLocal() {
 		c.modef("Redis does not answer (%v): answering the statuses last read until it does (a passive instance probes nothing)", c.cause)
 	} else if len(c.localCover) > 0 {
 		c.modef("Redis does not answer (%v): checking every backend locally until it does, the %d that other holders' statuses cover once those lapse (within %v)",
-			c.cause, len(c.localCover), c.b.memberTTL)
+			c.cause, len(c.localCover), c.b.localCover())
 	} else {
 		c.modef("Redis does not answer (%v): checking every backend locally until it does", c.cause)
 	}

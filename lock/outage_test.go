@@ -251,9 +251,9 @@ func TestCoordinatorOutageStreak(t *testing.T) {
 // Going local does not probe everything at once, nor everything from the
 // start: 3 coordinators × 500 targets, interval 2 s, Redis stopped. The
 // targets each instance held keep their ticks. The others' targets stay
-// with the statuses their holders last wrote until those holders'
-// memberships, as last seen, would have lapsed (a member TTL after their
-// last heartbeat read here, before Redis stopped): until then the fleet
+// with the statuses their holders last wrote for a lease less an interval
+// after their last heartbeat read here, before Redis stopped (and no
+// longer: the fleet's bound for a node that stops): until then the fleet
 // probes no more than it did coordinated, so that instances that miss
 // Redis's deadlines for a few seconds (a Redis starved of CPU by the fleet
 // it serves) do not starve it further by probing everything. Checked: the
@@ -295,8 +295,8 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	stopped := time.Now() // calls fail from when Stop begins
 	srv.Stop()
 	eventually(t, 10*time.Second, "every instance local with Redis stopped", f.allIn(ModeLocal))
-	// The covers lapse a member TTL after the last heartbeat each
-	// instance read before the stop: from covered (the first to lapse)
+	// The covers lapse a lease less an interval after the last heartbeat
+	// each instance read before the stop: from covered (the first to lapse)
 	// to lapsed (the last), on this host's clock.
 	b, _ := f.ins[0].coord.cfg.bounds()
 	var covered, lapsed time.Time
@@ -318,8 +318,35 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 			t.Errorf("instance %d leaves %d targets to their holders' statuses, want about %d (the others' share)", i, nc, n*(len(f.ins)-1)/len(f.ins))
 		}
 	}
-	if min := stopped.Add(b.memberTTL - b.cycle - MaxCallTimeout); covered.Before(min) {
-		t.Errorf("a cover lapsed %v after Redis stopped, before a member TTL (%v) after the last heartbeat read", covered.Sub(stopped), b.memberTTL)
+	if min := stopped.Add(b.localCover() - b.cycle - MaxCallTimeout); covered.Before(min) {
+		t.Errorf("a cover lapsed %v after Redis stopped, before %v after the last heartbeat read", covered.Sub(stopped), b.localCover())
+	}
+	if max := stopped.Add(b.localCover()); lapsed.After(max) {
+		t.Errorf("a cover lapsed %v after Redis stopped, after %v: a node stopped with Redis would stay in the answers past the fleet's bound", lapsed.Sub(stopped), b.localCover())
+	}
+	// No target left to its holder's status is probed here while its
+	// cover lasts: goLocal dropped this instance's own verdicts of those,
+	// and a probe records one. Looked at every 10 ms until the last cover
+	// lapses.
+	probed := make([]int, len(f.ins))
+	for time.Now().Before(lapsed) {
+		for i, in := range f.ins {
+			in.coord.mu.Lock()
+			n := 0
+			for k, lc := range in.coord.localCover {
+				if _, ok := in.coord.own[k]; ok && lc.until > in.coord.now() {
+					n++
+				}
+			}
+			in.coord.mu.Unlock()
+			probed[i] = max(probed[i], n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, n := range probed {
+		if n > 0 {
+			t.Errorf("instance %d probed %d targets that their holders' statuses still covered", i, n)
+		}
 	}
 	end := lapsed.Add(2 * interval)
 	eventually(t, 30*time.Second, "two intervals after the covers lapsed", func() bool { return time.Now().After(end.Add(outageTimeout)) })
