@@ -497,8 +497,8 @@ func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
 }
 
 // localCover is, in local mode, a status of another holder that covered
-// its key when Redis stopped answering: for its address, until its
-// holder's membership as last seen would have lapsed (Redis µs).
+// its key when Redis stopped answering: for its address, until (Redis µs)
+// bounds.localCover after its holder was last confirmed.
 type localCover struct {
 	addr  netip.AddrPort
 	until int64

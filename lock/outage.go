@@ -136,7 +136,7 @@ func (b bounds) localCover() time.Duration { return b.ttl - b.interval }
 // tick (the checker spreads them over an interval). So a fleet that loses
 // Redis raises its probe rate over an interval, and one whose instances
 // miss Redis's deadlines for a few seconds (a Redis starved of CPU by the
-// fleet it serves, say) probes no more than before: were every instance
+// fleet it serves, say) probes little more than before: were every instance
 // to probe every target at once, their probes would starve Redis further,
 // and the next instances' calls, until the whole fleet probes everything.
 // The line logged names the failure streak's cause (see noteCause). c.mu
@@ -151,8 +151,9 @@ func (c *Coordinator) goLocal() {
 			continue
 		}
 		r := c.remote[k]
-		if until, _ := c.asOf(r); until+c.b.localCover().Microseconds() > c.now() {
-			c.localCover[k] = localCover{addr: addr, until: until + c.b.localCover().Microseconds()}
+		asOf, _ := c.asOf(r)
+		if until := asOf + c.b.localCover().Microseconds(); until > c.now() {
+			c.localCover[k] = localCover{addr: addr, until: until}
 			delete(c.own, k) // older than the holder's status, which the View answers
 		}
 	}
