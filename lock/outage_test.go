@@ -151,7 +151,6 @@ func startOutageFleet(t *testing.T, srv *redistest.Server, n int, targets []heal
 	return f
 }
 
-// probesBetween counts the probes started in [from, to) per bucket.
 // allIn reports whether every instance of the fleet is in mode m: a
 // condition for eventually.
 func (f *outageFleet) allIn(m string) func() bool {
@@ -165,6 +164,7 @@ func (f *outageFleet) allIn(m string) func() bool {
 	}
 }
 
+// probesBetween counts the probes started in [from, to) per bucket.
 func (f *outageFleet) probesBetween(from, to time.Time, bucket time.Duration) []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -175,6 +175,14 @@ func (f *outageFleet) probesBetween(from, to time.Time, bucket time.Duration) []
 		}
 	}
 	return counts
+}
+
+// probesIn counts the probes started in [from, to).
+func (f *outageFleet) probesIn(from, to time.Time) int {
+	if !from.Before(to) {
+		return 0
+	}
+	return f.probesBetween(from, to, to.Sub(from))[0]
 }
 
 // targetsOn spreads n targets over a few backends (a target is its key:
@@ -276,11 +284,7 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	f := startOutageFleet(t, srv, 3, targets, interval)
 	eventually(t, 20*time.Second, "an interval with one prober per target", func() bool {
 		now := time.Now()
-		sum := 0
-		for _, c := range f.probesBetween(now.Add(-interval), now, interval) {
-			sum += c
-		}
-		return time.Since(f.settled) > interval && sum <= n*11/10
+		return time.Since(f.settled) > interval && f.probesIn(now.Add(-interval), now) <= n*11/10
 	})
 
 	// Leases that moved after the targets came (an instance that went
@@ -352,15 +356,8 @@ func TestCoordinatorLocalProbeRamp(t *testing.T) {
 	eventually(t, 30*time.Second, "two intervals after the covers lapsed", func() bool { return time.Now().After(end.Add(outageTimeout)) })
 
 	steady := f.probesBetween(stopped.Add(-interval), stopped, bucket)
-	steadySum := 0
-	for _, c := range steady {
-		steadySum += c
-	}
-	held := f.probesBetween(stopped, covered, bucket)
-	heldSum := 0
-	for _, c := range held {
-		heldSum += c
-	}
+	steadySum := f.probesIn(stopped.Add(-interval), stopped)
+	heldSum := f.probesIn(stopped, covered)
 	heldWant := steadySum * int(covered.Sub(stopped)) / int(interval) * 11 / 10
 	t.Logf("probe starts in the %v after Redis stopped, while the holders' statuses cover their targets: %d (coordinated: %d an interval, so at most %d)",
 		covered.Sub(stopped).Round(time.Millisecond), heldSum, steadySum, heldWant)
