@@ -92,6 +92,7 @@ func newChecks(cfg *settings) (*checks, error) {
 		return nil, err
 	}
 	coord.SetProbeNow(c.ProbeNow)
+	coord.SetProbeAtPhase(c.ProbeAtPhase)
 	ch.c = c
 	return ch, nil
 }

@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// budgetBurst is how far ahead of its rate the probe budget lets probes
-// start: probes that fall due together start together, yet any 100 ms holds
-// at most 150 ms worth of the rate (and at least one probe).
-const budgetBurst = 50 * time.Millisecond
-
 // budget spaces the probes of one Run by Config.ProbeBudget: a token bucket
-// holding budgetBurst worth of the rate (at least one token), refilled at
-// the rate. A probe that finds no token, or others waiting, waits in a queue
-// by due time, holding no goroutine, and the budget starts it when its turn
-// comes (dispatch). A turn is spent only by a probe that starts: a target
-// the fleet gave back meanwhile gives its token to the next.
+// holding one token, refilled at the rate, so that two probes start at
+// least 1/rate apart and no span holds more than its length's worth of the
+// rate, rounded up (at 250 a second, 25 in any 100 ms): a fleet of N
+// instances never starts more than N budgets' worth in any 100 ms, however
+// many probes fall due together (all of them, when Redis stops answering
+// and every instance probes every target). A probe that finds no token, or
+// others waiting, waits in a queue by due time, holding no goroutine, and
+// the budget starts it when its turn comes (dispatch). A turn is spent only
+// by a probe that starts: a target the fleet gave back meanwhile gives its
+// token to the next.
 type budget struct {
 	wg    *sync.WaitGroup // the Run's: a dispatch pending counts in it
 	start func(w *worker, waited time.Duration) bool
@@ -44,9 +44,7 @@ func newBudget(rate float64, wg *sync.WaitGroup, start func(w *worker, waited ti
 }
 
 // burst is the most tokens the bucket holds.
-func (b *budget) burst() float64 {
-	return max(1, b.rate*budgetBurst.Seconds())
-}
+func (b *budget) burst() float64 { return 1 }
 
 // refill adds the tokens earned since b.at. b.mu is held.
 func (b *budget) refill(now time.Time) {

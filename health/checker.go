@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"hash/fnv"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -314,10 +315,11 @@ func (c *Checker) check(r *run, w *worker) {
 }
 
 // next opens w's session when keep, else closes it, and arms the timer for
-// w's next tick, Interval after start (at once after a ProbeNow that came
-// meanwhile), unless w stopped.
+// w's next tick, Interval after start, or earlier to meet w's phase (see
+// NextProbe; at once after a ProbeNow that came meanwhile), unless w
+// stopped.
 func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
-	c.arm(r, w, start.Add(c.cfg.Interval), keep)
+	c.arm(r, w, NextProbe(w.t.Key, start.Add(c.cfg.Interval), c.cfg.Interval), keep)
 }
 
 // arm opens w's session when keep, else closes it, and arms the timer for
@@ -343,15 +345,69 @@ func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
 }
 
 // skip arms the timer for the next tick of w, whose tick at now Shared
-// gave to another checker: an Interval on, rounded to the nearest point of
-// a grid of idleGrid shared by every target (and every process). A fleet
-// instance asks Shared about every target once an Interval and probes only
-// its share: 1,000 targets at 2 s are 500 ticks a second, each waking the
-// process on its own when their times are spread; on the grid, those due
-// together run in one wake (40 a second), at most half a grid step off
-// their rhythm.
+// gave to another checker: at w's phase (see phase) nearest to an Interval
+// on. Phases lie on a grid of idleGrid shared by every target (and every
+// process): a fleet instance asks Shared about every target once an
+// Interval and probes only its share; 1,000 targets at 2 s are 500 ticks a
+// second, each waking the process on its own when their times are spread;
+// on the grid, those due together run in one wake (40 a second).
 func (c *Checker) skip(r *run, w *worker, now time.Time) {
-	c.arm(r, w, now.Add(c.cfg.Interval).Round(idleGrid(c.cfg.Interval)), false)
+	c.arm(r, w, NextIdle(w.t.Key, now.Add(c.cfg.Interval), c.cfg.Interval), false)
+}
+
+// phase is where in every Interval a target's ticks fall, the same in
+// every process (Unix time modulo Interval): a hash of its key, on the
+// grid of idleGrid. Whichever instance of a fleet probes a target probes it
+// at its phase, so that the fleet's probes stay spread over the Interval
+// as the keys' hashes are, whenever and however often leases move: without
+// it, the leases one instance takes together (at its start, or when a
+// member leaves) are probed together, and stay together every Interval
+// after.
+func phase(key string, interval time.Duration) time.Duration {
+	grid := idleGrid(interval)
+	steps := uint64(interval / grid)
+	if steps == 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return time.Duration(h.Sum64()%steps) * grid
+}
+
+// NextIdle is the next tick of key after one that did not probe it, at
+// when the Interval puts it: the point of key's phase (see phase) nearest
+// to at.
+func NextIdle(key string, at time.Time, interval time.Duration) time.Time {
+	off := offPhase(key, at, interval)
+	if off > interval/2 {
+		return at.Add(interval - off)
+	}
+	return at.Add(-off)
+}
+
+// offPhase is how far at lies after the last point of key's phase, in
+// [0, interval).
+func offPhase(key string, at time.Time, interval time.Duration) time.Duration {
+	off := (time.Duration(at.UnixNano()) - phase(key, interval)) % interval
+	if off < 0 {
+		off += interval
+	}
+	return off
+}
+
+// NextProbe is the next tick of key after a probe, at when that probe's
+// rhythm puts it (an Interval after its start): the same when it lies
+// within a grid step of key's phase (see phase), else the last point of
+// key's phase before it. A probe is never an Interval late by it: the gap to the next
+// probe only shortens, once, when a target is taken up off its phase (a
+// lease taken and probed at once, a session that ended, a probe the
+// budget held back).
+func NextProbe(key string, at time.Time, interval time.Duration) time.Time {
+	off, tol := offPhase(key, at, interval), idleGrid(interval)
+	if off < tol || off > interval-tol {
+		return at
+	}
+	return at.Add(-off)
 }
 
 // idleGrid is the grid skip rounds ticks to: a fortieth of the interval,
@@ -426,6 +482,36 @@ func (c *Checker) ProbeNow(key string) {
 	default: // a tick runs or is about to: the next one follows it at once
 		w.again = true
 	}
+}
+
+// ProbeAtPhase moves the probe of the target key that waits for the probe
+// budget to the next point of its phase (see NextIdle), unless none waits:
+// a fleet instance that takes back the targets it held before Redis
+// stopped answering has their verdicts from its own probes, and probes
+// them at their phases from then on, as the fleet does, rather than all
+// at once as the budget frees up.
+func (c *Checker) ProbeAtPhase(key string) {
+	c.mu.Lock()
+	r := c.run
+	var w *worker
+	if r != nil {
+		w = r.workers[key]
+	}
+	c.mu.Unlock()
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// A probe the budget has taken off its queue to start is left to
+	// start (remove finds it gone).
+	if w.stopped || !w.queued || !r.budget.remove(w) {
+		return
+	}
+	// It keeps the wg count it held while queued, now for its timer.
+	w.queued = false
+	now := time.Now()
+	w.timer.Reset(NextIdle(key, now.Add(c.cfg.Interval/2), c.cfg.Interval).Sub(now))
 }
 
 // SetProbeBudget changes Config.ProbeBudget: at most perSecond probes start

@@ -161,7 +161,8 @@ type Coordinator struct {
 	sub    *Subscriber
 	rlog   *ratelog.Limiter // lines that what is read from Redis causes
 
-	probeNow func(key string)
+	probeNow     func(key string)
+	probeAtPhase func(key string)
 
 	mu           sync.Mutex
 	mode         string
@@ -239,23 +240,24 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	sub.resync = 0 // no timer: reads follows the Coordinator's own rules
 	c := &Coordinator{
 		cfg: cfg, b: b, leases: l, sub: sub, rlog: ratelog.New(cfg.Logf, 0),
-		probeNow:  func(string) {},
-		targets:   map[string]netip.AddrPort{},
-		held:      map[string]bool{},
-		remote:    map[string]remoteStatus{},
-		own:       map[string]health.Progress{},
-		published: map[string]health.Progress{},
-		writtenBy: map[string]bool{},
-		blocked:   map[string]time.Time{},
-		seized:    map[string]time.Time{},
-		members:   map[string]bool{},
-		owners:    map[string]string{},
-		feeds:     map[string]*feed{},
-		handoffs:  map[string]time.Time{},
-		wake:      make(chan struct{}, 1),
-		readWake:  make(chan struct{}, 1),
-		synced:    make(chan struct{}),
-		writing:   map[string]*keyWrite{},
+		probeNow:     func(string) {},
+		probeAtPhase: func(string) {},
+		targets:      map[string]netip.AddrPort{},
+		held:         map[string]bool{},
+		remote:       map[string]remoteStatus{},
+		own:          map[string]health.Progress{},
+		published:    map[string]health.Progress{},
+		writtenBy:    map[string]bool{},
+		blocked:      map[string]time.Time{},
+		seized:       map[string]time.Time{},
+		members:      map[string]bool{},
+		owners:       map[string]string{},
+		feeds:        map[string]*feed{},
+		handoffs:     map[string]time.Time{},
+		wake:         make(chan struct{}, 1),
+		readWake:     make(chan struct{}, 1),
+		synced:       make(chan struct{}),
+		writing:      map[string]*keyWrite{},
 	}
 	c.writeCtx, c.stopWrites = context.WithCancel(context.Background())
 	sub.OnError = func(err error) { c.rlog.Logf("subscription", "%v", err) }
@@ -369,6 +371,15 @@ func (c *Coordinator) SetProbeNow(f func(key string)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.probeNow = f
+}
+
+// SetProbeAtPhase gives the function that moves a target's probe waiting
+// for the probe budget to its phase (the checker's ProbeAtPhase), called
+// for the targets this instance takes back when Redis answers again.
+func (c *Coordinator) SetProbeAtPhase(f func(key string)) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.probeAtPhase = f
 }
 
 // SetTargets replaces the set of targets, as the checker's SetTargets.
@@ -800,6 +811,14 @@ func (c *Coordinator) tend(ctx context.Context) {
 		return
 	}
 	p := c.round(m)
+	// The targets this instance takes back after a return: in local mode
+	// their probes may wait for the probe budget, like every target's;
+	// they come at their phases instead, as they would have had Redis
+	// never stopped, not all at once as the budget frees up (nor while
+	// the takes below wait for Redis).
+	for _, k := range p.rephase {
+		p.probeAtPhase(k)
+	}
 	start = time.Now()
 
 	if p.read {
@@ -896,6 +915,8 @@ type tendPlan struct {
 	tried         map[string]bool // keys whose take failed before (see TakeAll)
 	read          bool            // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
+	rephase       []string // targets whose waiting probes go to their phases (see tend)
+	probeAtPhase  func(key string)
 }
 
 // round applies the membership a heartbeat read and returns what the
@@ -1032,6 +1053,9 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// this instance found in local mode (see tend), not probed
 			// at once.
 			p.take = append(p.take, k)
+			if rejoin && c.returnOwners[k] == me {
+				p.rephase = append(p.rephase, k)
+			}
 		case !mine && c.held[k]:
 			p.release = append(p.release, k)
 		}
@@ -1042,7 +1066,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		}
 	}
 	p.kickTaken = !now.Before(c.quietUntil)
-	p.probeNow = c.probeNow
+	p.probeNow, p.probeAtPhase = c.probeNow, c.probeAtPhase
 	p.tried = c.blockedSet()
 	return p
 }

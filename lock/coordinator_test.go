@@ -112,6 +112,7 @@ func startCheckedWith(t *testing.T, rdb redis.UniversalClient, targets []health.
 		t.Fatal(err)
 	}
 	coord.SetProbeNow(check.ProbeNow)
+	coord.SetProbeAtPhase(check.ProbeAtPhase)
 	coord.SetTargets(targets)
 	check.SetTargets(targets)
 	return runInstance(t, coord, check)

@@ -411,6 +411,13 @@ func benchStall(b *testing.B, sz scaleSize, kind string, d, settleMax time.Durat
 	steady := fl.probes(t0.Add(-stallSteady), t0)
 	delayed := fl.delayed.Load()
 	fl.waitMax.Store(0)
+	// Backends stopped as the stall begins, to judge the answers by.
+	rng := rand.New(rand.NewPCG(uint64(n), uint64(m)))
+	stopped := make([]int32, 0, scaleFlipKeys)
+	for _, k := range rng.Perm(m)[:min(scaleFlipKeys, m)] {
+		stopped = append(stopped, int32(k))
+	}
+	judge := fl.stopForJudge(stopped)
 	var back time.Time
 	switch kind {
 	case "pause":
@@ -443,6 +450,7 @@ func benchStall(b *testing.B, sz scaleSize, kind string, d, settleMax time.Durat
 		}
 		return fl.lastInterval() <= limit
 	})
+	fl.judge.Store(nil)
 	end := time.Now().Add(-probeBucket)
 	during := fl.probes(t0, end)
 	after := fl.probes(back, end)
@@ -530,6 +538,7 @@ func benchStall(b *testing.B, sz scaleSize, kind string, d, settleMax time.Durat
 	if d := fl.delayed.Load() - delayed; d > 0 {
 		say("  %d probes waited for the probe budget, the longest %v", d, time.Duration(fl.waitMax.Load()).Round(time.Millisecond))
 	}
+	judgeStall(b, fl, judge, d, budget, say)
 	say("  probe starts per %v from the stall on: %v", probeBucket, during)
 	for _, l := range fl.logs.summary() {
 		say("  log %s", l)
@@ -541,6 +550,47 @@ func benchStall(b *testing.B, sz scaleSize, kind string, d, settleMax time.Durat
 	if again >= 0 {
 		b.ReportMetric((time.Duration(again) * probeBucket).Seconds(), "s-to-one-prober")
 	}
+}
+
+// judgeStall reports how the instances' answers followed the backends
+// stopped as a stall of d began: when each instance's View showed each of
+// them Down, against the bound of local mode (fall x max(interval,
+// backends / budget) + the stall), and any View that showed a backend
+// wrong after that, or an up backend Down.
+func judgeStall(b *testing.B, fl *scaleFleet, j *scaleJudge, d time.Duration, budget float64, say func(string, ...any)) {
+	cycle := fl.interval
+	if budget > 0 {
+		cycle = max(cycle, time.Duration(float64(len(fl.targets))/budget*float64(time.Second)))
+	}
+	bound := time.Duration(fl.fall)*cycle + d
+	var took []time.Duration
+	never, late := 0, 0
+	for i := range j.down {
+		at := j.down[i].Load()
+		if at == 0 {
+			never++
+			continue
+		}
+		t := time.Unix(0, at).Sub(j.at)
+		took = append(took, t)
+		if t > bound {
+			late++
+		}
+	}
+	slices.Sort(took)
+	if len(took) > 0 {
+		say("  %d backends stopped as the stall began: shown Down by every instance after p50 %v, max %v (bound fall x max(interval, backends/budget) + the stall = %v); %d of %d (instance, backend) pairs later than the bound, %d never",
+			len(j.keys), ms3(quantile(took, 0.5)), ms3(took[len(took)-1]), bound, late, len(j.down), never)
+		b.ReportMetric(took[len(took)-1].Seconds(), "s-stopped-backend-down-max")
+	} else {
+		say("  %d backends stopped as the stall began: NO instance showed one Down", len(j.keys))
+	}
+	say("  wrong answers meanwhile: %d Views showed a stopped backend Up again after Down; %d times an up backend was shown Down", j.upAgain.Load(), j.wrongDown.Load())
+	if e := j.example.Load(); e != nil {
+		say("  for example: %s", *e)
+	}
+	b.ReportMetric(float64(late+never), "stopped-backends-late")
+	b.ReportMetric(float64(j.upAgain.Load()+j.wrongDown.Load()), "wrong-views")
 }
 
 // scaleSay returns a function that prints a line of the report of run on

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,18 +45,13 @@ type simChecker struct {
 	late   int64        // the most a tick ran after it fell due, ns (see lateness)
 	wake   chan struct{}
 
-	// The probe budget, as health's: a token bucket of budgetBurst's worth
-	// of rate (at least one token), and the probes waiting for a token,
-	// by key.
+	// The probe budget, as health's: a token bucket of one token, and the
+	// probes waiting for a token, by key.
 	rate   float64 // probes a second; 0: none
 	tokens float64
 	at     int64 // Unix ns: tokens as of then
 	queue  simQueue
 }
-
-// simBudgetBurst is the health package's budgetBurst: how far ahead of its
-// rate the budget lets probes start.
-const simBudgetBurst = 50 * time.Millisecond
 
 // simEntry is a target's place on the wheel; it counts while seq is the
 // target's (ProbeNow moves a target by bumping its seq).
@@ -143,6 +139,26 @@ func (c *simChecker) ProbeNow(key string) {
 	c.signal()
 }
 
+// ProbeAtPhase is the checker's ProbeAtPhase.
+func (c *simChecker) ProbeAtPhase(key string) {
+	i, ok := c.fl.index[key]
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := slices.IndexFunc(c.queue, func(w simWait) bool { return w.idx == i })
+	if q < 0 {
+		return
+	}
+	heap.Remove(&c.queue, q)
+	t := &c.ts[i]
+	t.busy = false
+	now := time.Now()
+	t.due = health.NextIdle(key, now.Add(c.interval/2), c.interval).UnixNano()
+	c.schedule(i)
+}
+
 // run ticks the targets until ctx is done.
 func (c *simChecker) run(ctx context.Context) {
 	c.mu.Lock()
@@ -227,7 +243,7 @@ func (c *simChecker) tick(i int32, now int64) {
 	probe, seed := c.shared.Claim(tg)
 	if !probe {
 		t.probing = false
-		c.next(i, start)
+		c.idle(i, start)
 		return
 	}
 	continuing := t.probing
@@ -261,15 +277,27 @@ func (c *simChecker) check(i int32, start int64) {
 	}()
 }
 
-// burst is the most tokens the budget holds.
-func (c *simChecker) burst() float64 { return max(1, c.rate*simBudgetBurst.Seconds()) }
+// burst is the most tokens the budget holds: health's one token.
+func (c *simChecker) burst() float64 { return 1 }
 
-// refill adds the tokens earned since c.at. c.mu is held.
+// refill adds the tokens earned since c.at. c.mu is held. health's budget
+// starts a waiting probe when each token comes; here the wheel draws on
+// the budget once a slot, so that while probes wait, the tokens of the
+// last slot (and one) are kept for them: the rate is health's, at the
+// wheel's resolution.
 func (c *simChecker) refill(now int64) {
 	if c.rate > 0 {
-		c.tokens = min(c.burst(), c.tokens+float64(now-c.at)/1e9*c.rate)
+		c.tokens = min(c.most(), c.tokens+float64(now-c.at)/1e9*c.rate)
 	}
 	c.at = now
+}
+
+// most is how many tokens the budget keeps now (see refill). c.mu is held.
+func (c *simChecker) most() float64 {
+	if len(c.queue) > 0 {
+		return c.burst() + c.rate*simSlot.Seconds()
+	}
+	return c.burst()
 }
 
 // admit reports whether target i's probe may start now, taking a token;
@@ -303,22 +331,26 @@ func (c *simChecker) dispatch(ctx context.Context) {
 		}
 		w := heap.Pop(&c.queue).(simWait)
 		spent := c.rate > 0
+		start := now
 		if spent {
 			c.tokens--
+			// health's budget would have started it when its token
+			// came: the tokens left came after it, one every 1/rate.
+			start = max(w.queuedAt, now-int64(c.tokens/c.rate*float64(time.Second)))
 		}
 		c.mu.Unlock()
 		c.fl.waited(time.Duration(now - w.queuedAt))
 		if probe, _ := c.shared.Claim(c.fl.targets[w.idx]); !probe {
 			c.ts[w.idx].probing = false
-			c.next(w.idx, now)
+			c.idle(w.idx, now)
 			if spent {
 				c.mu.Lock()
-				c.tokens = min(c.burst(), c.tokens+1)
+				c.tokens = min(c.most(), c.tokens+1)
 				c.mu.Unlock()
 			}
 			continue
 		}
-		c.check(w.idx, now)
+		c.check(w.idx, start)
 	}
 }
 
@@ -349,14 +381,28 @@ func (q *simQueue) Pop() any {
 	return w
 }
 
-// next puts target i back on the wheel an interval after its tick
-// started, or at once when ProbeNow came meanwhile.
+// next puts target i back on the wheel after a probe that started at
+// start, when the checker's next tick would be (health.NextProbe), or at
+// once when ProbeNow came meanwhile.
 func (c *simChecker) next(i int32, start int64) {
+	c.reschedule(i, health.NextProbe(c.fl.targets[i].Key, time.Unix(0, start+int64(c.interval)), c.interval).UnixNano())
+}
+
+// idle puts target i back on the wheel after a tick at at that did not
+// probe it, when the checker's next tick would be (health.NextIdle), or at
+// once when ProbeNow came meanwhile.
+func (c *simChecker) idle(i int32, at int64) {
+	c.reschedule(i, health.NextIdle(c.fl.targets[i].Key, time.Unix(0, at+int64(c.interval)), c.interval).UnixNano())
+}
+
+// reschedule puts target i back on the wheel at due, or at once when
+// ProbeNow came meanwhile.
+func (c *simChecker) reschedule(i int32, due int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &c.ts[i]
 	t.busy = false
-	t.due = start + int64(c.interval)
+	t.due = due
 	if t.again {
 		t.again = false
 		t.due = time.Now().UnixNano()

@@ -79,6 +79,7 @@ type scaleFleet struct {
 
 	settling atomic.Bool // apply counts the targets Up
 	flip     atomic.Pointer[scaleFlip]
+	judge    atomic.Pointer[scaleJudge]
 }
 
 // scaleInstance is one coordinator of the fleet and its checker.
@@ -261,6 +262,7 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 		in.coord = coord
 		in.check = newSimChecker(fl, coord)
 		coord.SetProbeNow(in.check.ProbeNow)
+		coord.SetProbeAtPhase(in.check.ProbeAtPhase)
 		fl.ins = append(fl.ins, in)
 		fl.wg.Go(func() { in.check.run(ctx) })
 		// Instances started at once would look after their leases in
@@ -393,6 +395,9 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 		in.up.Store(int32(up))
 		in.view.Store(&v)
 		in.viewAt.Store(time.Now().UnixNano())
+	}
+	if j := fl.judge.Load(); j != nil {
+		j.judge(fl, i, v)
 	}
 	if f := fl.flip.Load(); f != nil {
 		now := time.Now().UnixNano()
@@ -528,6 +533,52 @@ type scaleFlip struct {
 	want health.State
 	at   time.Time
 	seen []atomic.Int64 // Unix ns, by instance × key; 0: not yet
+}
+
+// scaleJudge judges every View of every instance while a stall runs:
+// when each showed each stopped backend (keys) Down first, whether one
+// showed it Up again after that, and how often one showed a backend that
+// is up as Down. The stopped backends stay stopped meanwhile.
+type scaleJudge struct {
+	keys      []int32
+	at        time.Time
+	down      []atomic.Int64 // Unix ns of the first View showing it Down, by instance × key; 0: none yet
+	upAgain   atomic.Int64   // Views showing a stopped backend Up after one showed it Down
+	wrongDown atomic.Int64   // targets shown Down in a View whose backend is up
+	example   atomic.Pointer[string]
+}
+
+// judge judges v, the View of instance i.
+func (j *scaleJudge) judge(fl *scaleFleet, i int, v health.View) {
+	now := time.Now().UnixNano()
+	for n, k := range j.keys {
+		switch v[fl.targets[k].Key].State {
+		case health.Down:
+			j.down[i*len(j.keys)+n].CompareAndSwap(0, now)
+		case health.Up:
+			if j.down[i*len(j.keys)+n].Load() != 0 {
+				j.upAgain.Add(1)
+			}
+		}
+	}
+	for key, vd := range v {
+		if k, ok := fl.index[key]; ok && vd.State == health.Down && !fl.down[k].Load() {
+			j.wrongDown.Add(1)
+			e := fmt.Sprintf("instance %d showed %s Down (%s %s), its backend up", i, key, vd.Cause, vd.Detail)
+			j.example.CompareAndSwap(nil, &e)
+		}
+	}
+}
+
+// stopForJudge stops the backends of keys and judges every View from now
+// on (see scaleJudge).
+func (fl *scaleFleet) stopForJudge(keys []int32) *scaleJudge {
+	j := &scaleJudge{keys: keys, at: time.Now(), down: make([]atomic.Int64, len(fl.ins)*len(keys))}
+	fl.judge.Store(j)
+	for _, k := range keys {
+		fl.down[k].Store(true)
+	}
+	return j
 }
 
 // flipResult is what a flip found: per key, from the flip to the first

@@ -1,0 +1,222 @@
+package health
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A target's next tick after a probe is never later than an Interval on,
+// and never sooner than a grid step; on its phase it stays an Interval on;
+// an idle tick lands on the phase point nearest to when it falls due; the
+// phases of many keys spread evenly over the grid.
+func TestPhaseTicks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, interval := range []time.Duration{400 * time.Millisecond, 2 * time.Second, 10 * time.Second} {
+		grid := idleGrid(interval)
+		for i := range 2000 {
+			key := fmt.Sprintf("c%d/n%d", i%50, i)
+			at := time.Unix(1_700_000_000, 0).Add(time.Duration(rng.Int64N(int64(time.Hour))))
+			next := NextProbe(key, at, interval)
+			if next.After(at) || !next.After(at.Add(-interval+grid-1)) {
+				t.Fatalf("interval %v, %s: NextProbe(%v) = %v, want within (at - interval + grid, at]", interval, key, at, next)
+			}
+			if off := offPhase(key, next, interval); off >= grid && off <= interval-grid {
+				t.Fatalf("interval %v, %s: NextProbe gives %v, %v off its phase", interval, key, next, off)
+			}
+			onPhase := next.Add(-offPhase(key, next, interval))
+			if got := NextProbe(key, onPhase.Add(interval), interval); !got.Equal(onPhase.Add(interval)) {
+				t.Fatalf("interval %v, %s: on its phase at %v, the next tick is %v, want an interval on", interval, key, onPhase, got)
+			}
+			idle := NextIdle(key, at, interval)
+			if d := idle.Sub(at); d < -interval/2 || d > interval/2 || offPhase(key, idle, interval) != 0 {
+				t.Fatalf("interval %v, %s: NextIdle(%v) = %v: not the nearest point of its phase", interval, key, at, idle)
+			}
+		}
+		// 10,000 keys over the interval's tenths: each within 15% of its
+		// share (five standard deviations).
+		per := make([]int, 10)
+		for i := range 10000 {
+			per[phase(fmt.Sprintf("c%d/n%d", i/3, i%3), interval)*10/interval]++
+		}
+		if lo, hi := slices.Min(per), slices.Max(per); lo < 850 || hi > 1150 {
+			t.Errorf("interval %v: 10,000 keys' phases by tenths of it: %v, want about 1,000 each", interval, per)
+		}
+	}
+}
+
+// Targets taken up together (a fleet instance that takes many leases at
+// once, probing each at once) are probed at their own phases from the next
+// probe on: their probes spread over the Interval instead of coming
+// together every Interval after, and none waits longer than an Interval.
+func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			n        = 200
+			interval = time.Second
+			bucket   = 100 * time.Millisecond
+		)
+		sh := &localShared{held: 0, ports: map[netip.AddrPort]int{}}
+		c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1, Shared: sh})
+		var (
+			mu     sync.Mutex
+			probes = make([][]time.Time, n)
+		)
+		c.probe = func(_ context.Context, addr netip.AddrPort) result {
+			mu.Lock()
+			defer mu.Unlock()
+			i := sh.ports[addr]
+			probes[i] = append(probes[i], time.Now())
+			return result{cause: CauseOK}
+		}
+		var ts []Target
+		for i := range n {
+			addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
+			sh.ports[addr] = i
+			ts = append(ts, Target{Key: fmt.Sprintf("c%d/n%d", i/2, i%2), Addr: addr})
+		}
+		c.SetTargets(ts)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Run(ctx, nil)
+		}()
+		// Nothing probed for three intervals; then every target is taken
+		// and probed at once.
+		time.Sleep(3*interval + 330*time.Millisecond)
+		sh.local.Store(true)
+		took := time.Now()
+		for _, tg := range ts {
+			c.ProbeNow(tg.Key)
+		}
+		time.Sleep(4 * interval)
+		cancel()
+		<-done
+
+		mu.Lock()
+		defer mu.Unlock()
+		counts := make([]int, int(2*interval/bucket))
+		from := took.Add(2 * interval)
+		for i, ps := range probes {
+			if len(ps) == 0 || !ps[0].Equal(took) {
+				t.Fatalf("%s: first probe %v, want at once when taken (%v)", ts[i].Key, ps, took)
+			}
+			for j, p := range ps {
+				if j > 0 {
+					if gap := p.Sub(ps[j-1]); gap > interval {
+						t.Errorf("%s: %v between two probes, over the interval", ts[i].Key, gap)
+					}
+					// Within a grid step of it counts as on it.
+					if off := offPhase(ts[i].Key, p, interval); off >= idleGrid(interval) && off <= interval-idleGrid(interval) {
+						t.Errorf("%s: probe %d at %v, %v off its phase", ts[i].Key, j, p, off)
+					}
+				}
+				if !p.Before(from) && p.Before(from.Add(2*interval)) {
+					counts[p.Sub(from)/bucket]++
+				}
+			}
+		}
+		mean := float64(2*n) / float64(len(counts))
+		t.Logf("%d targets taken at once: from two intervals on, %v probes per %v (mean %.0f)", n, counts, bucket, mean)
+		if most := slices.Max(counts); float64(most) > 2*mean {
+			t.Errorf("up to %d probes in %v, over twice the mean %.0f: the targets taken together are still probed together", most, bucket, mean)
+		}
+	})
+}
+
+// A target whose probe waits for the budget, moved to its phase, leaves the
+// queue and is probed at the next point of its phase, not when the budget
+// frees up.
+func TestProbeAtPhase(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			n        = 100
+			interval = time.Second
+		)
+		sh := &localShared{held: n, ports: map[netip.AddrPort]int{}}
+		c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
+			Shared: sh, ProbeBudget: 20})
+		var (
+			mu     sync.Mutex
+			probes = make([][]time.Time, n)
+		)
+		c.probe = func(_ context.Context, addr netip.AddrPort) result {
+			mu.Lock()
+			defer mu.Unlock()
+			i := sh.ports[addr]
+			probes[i] = append(probes[i], time.Now())
+			return result{cause: CauseOK}
+		}
+		var ts []Target
+		for i := range n {
+			addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
+			sh.ports[addr] = i
+			ts = append(ts, Target{Key: fmt.Sprintf("c/n%d", i), Addr: addr})
+		}
+		c.SetTargets(ts)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.Run(ctx, nil)
+		}()
+		// 100 targets a second against a budget of 20: most wait.
+		time.Sleep(2 * interval)
+		synctest.Wait()
+		queued := func(i int) bool {
+			c.mu.Lock()
+			w := c.run.workers[ts[i].Key]
+			c.mu.Unlock()
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return w.queued
+		}
+		var moved []int
+		for i := range n {
+			if len(moved) < 10 && queued(i) {
+				moved = append(moved, i)
+			}
+		}
+		if len(moved) < 10 {
+			t.Fatalf("only %d of %d targets wait for the budget", len(moved), n)
+		}
+		at := time.Now()
+		mu.Lock()
+		before := make([]int, n)
+		for _, i := range moved {
+			before[i] = len(probes[i])
+		}
+		mu.Unlock()
+		// The budget is lifted: every probe still waiting starts at once,
+		// but not those moved to their phases.
+		for _, i := range moved {
+			c.ProbeAtPhase(ts[i].Key)
+			if queued(i) {
+				t.Fatalf("%s still waits for the budget after ProbeAtPhase", ts[i].Key)
+			}
+		}
+		c.SetProbeBudget(0)
+		time.Sleep(interval)
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range moved {
+			if len(probes[i]) <= before[i] {
+				t.Errorf("%s not probed within an interval of being moved to its phase", ts[i].Key)
+				continue
+			}
+			p := probes[i][before[i]]
+			if want := NextIdle(ts[i].Key, at.Add(interval/2), interval); !p.Equal(want) {
+				t.Errorf("%s probed at %v after being moved, want its phase at %v", ts[i].Key, p.Sub(at), want.Sub(at))
+			}
+		}
+	})
+}
