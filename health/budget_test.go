@@ -1,12 +1,10 @@
 package health
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -169,44 +167,20 @@ func TestProbeBudgetOrder(t *testing.T) {
 			interval = time.Second
 		)
 		cycle := time.Second * n / budget // each target in turn: 1.67 s
-		sh := &localShared{held: n / 2, ports: map[netip.AddrPort]int{}}
-		c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
-			Shared: sh, ProbeBudget: budget})
-		var (
-			mu     sync.Mutex
-			probes = make([][]time.Time, n)
-		)
-		c.probe = func(_ context.Context, addr netip.AddrPort) result {
-			mu.Lock()
-			defer mu.Unlock()
-			i := sh.ports[addr]
-			probes[i] = append(probes[i], time.Now())
-			return result{cause: CauseOK}
-		}
-		var ts []Target
-		for i := range n {
-			addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
-			sh.ports[addr] = i
-			ts = append(ts, Target{Key: fmt.Sprintf("c/n%d", i), Addr: addr})
-		}
-		c.SetTargets(ts)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(ctx, nil)
-		}()
+		r := startBubble(t, n, n/2, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
+			ProbeBudget: budget}, func(i int) string { return fmt.Sprintf("c/n%d", i) })
+		c, sh := r.c, r.sh
 		t0 := time.Now()
 		at := func(d time.Duration) time.Time { return t0.Add(d) }
 		// gap is the longest time between two probes of targets lo..hi-1
 		// from from to to (the first counting from the last before from);
 		// first is when the last of them was first probed after from.
 		gap := func(lo, hi int, from, to time.Time) (longest time.Duration, first time.Time) {
-			mu.Lock()
-			defer mu.Unlock()
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			for i := lo; i < hi; i++ {
 				last, seen := from, false
-				for _, p := range probes[i] {
+				for _, p := range r.probes[i] {
 					if p.After(to) {
 						break
 					}
@@ -229,10 +203,10 @@ func TestProbeBudgetOrder(t *testing.T) {
 			return longest, first
 		}
 		starts := func(lo, hi int, from, to time.Time) (n int) {
-			mu.Lock()
-			defer mu.Unlock()
+			r.mu.Lock()
+			defer r.mu.Unlock()
 			for i := lo; i < hi; i++ {
-				for _, p := range probes[i] {
+				for _, p := range r.probes[i] {
 					if !p.Before(from) && p.Before(to) {
 						n++
 					}
@@ -296,8 +270,7 @@ func TestProbeBudgetOrder(t *testing.T) {
 		if g, _ := gap(0, n, off.Add(interval), time.Now()); g > interval {
 			t.Errorf("a target went %v without a probe with no budget, want its interval", g)
 		}
-		cancel()
-		<-done
+		r.stop()
 	})
 }
 

@@ -240,3 +240,52 @@ func waitGoroutines(t testing.TB, baseline int, timeout time.Duration) {
 		t.Fatalf("goroutines leaked: %v\n%s", err, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// bubbleRun is a Checker run inside a synctest bubble over targets whose
+// probes take no time and succeed, each probe's start recorded by target;
+// its Shared is a localShared probing the first held targets (all of
+// them once local).
+type bubbleRun struct {
+	c      *Checker
+	sh     *localShared
+	ts     []Target
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	probes [][]time.Time // by target
+}
+
+// startBubble runs a Checker of cfg (its Shared set here) over n targets,
+// the i-th named key(i).
+func startBubble(t *testing.T, n, held int, cfg Config, key func(i int) string) *bubbleRun {
+	r := &bubbleRun{sh: &localShared{held: held, ports: map[netip.AddrPort]int{}}, probes: make([][]time.Time, n), done: make(chan struct{})}
+	cfg.Shared = r.sh
+	r.c = mustNew(t, cfg)
+	r.c.probe = func(_ context.Context, addr netip.AddrPort) result {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		i := r.sh.ports[addr]
+		r.probes[i] = append(r.probes[i], time.Now())
+		return result{cause: CauseOK}
+	}
+	for i := range n {
+		addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
+		r.sh.ports[addr] = i
+		r.ts = append(r.ts, Target{Key: key(i), Addr: addr})
+	}
+	r.c.SetTargets(r.ts)
+	var ctx context.Context
+	ctx, r.cancel = context.WithCancel(context.Background())
+	go func() {
+		defer close(r.done)
+		r.c.Run(ctx, nil)
+	}()
+	return r
+}
+
+// stop ends the run and waits for it.
+func (r *bubbleRun) stop() {
+	r.cancel()
+	<-r.done
+}

@@ -1,12 +1,9 @@
 package health
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"slices"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -62,49 +59,25 @@ func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
 			interval = time.Second
 			bucket   = 100 * time.Millisecond
 		)
-		sh := &localShared{held: 0, ports: map[netip.AddrPort]int{}}
-		c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1, Shared: sh})
-		var (
-			mu     sync.Mutex
-			probes = make([][]time.Time, n)
-		)
-		c.probe = func(_ context.Context, addr netip.AddrPort) result {
-			mu.Lock()
-			defer mu.Unlock()
-			i := sh.ports[addr]
-			probes[i] = append(probes[i], time.Now())
-			return result{cause: CauseOK}
-		}
-		var ts []Target
-		for i := range n {
-			addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
-			sh.ports[addr] = i
-			ts = append(ts, Target{Key: fmt.Sprintf("c%d/n%d", i/2, i%2), Addr: addr})
-		}
-		c.SetTargets(ts)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(ctx, nil)
-		}()
+		r := startBubble(t, n, 0, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1},
+			func(i int) string { return fmt.Sprintf("c%d/n%d", i/2, i%2) })
+		c, ts := r.c, r.ts
 		// Nothing probed for three intervals; then every target is taken
 		// and probed at once.
 		time.Sleep(3*interval + 330*time.Millisecond)
-		sh.local.Store(true)
+		r.sh.local.Store(true)
 		took := time.Now()
 		for _, tg := range ts {
 			c.ProbeNow(tg.Key)
 		}
 		time.Sleep(4 * interval)
-		cancel()
-		<-done
+		r.stop()
 
-		mu.Lock()
-		defer mu.Unlock()
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		counts := make([]int, int(2*interval/bucket))
 		from := took.Add(2 * interval)
-		for i, ps := range probes {
+		for i, ps := range r.probes {
 			if len(ps) == 0 || !ps[0].Equal(took) {
 				t.Fatalf("%s: first probe %v, want at once when taken (%v)", ts[i].Key, ps, took)
 			}
@@ -140,33 +113,9 @@ func TestProbeAtPhase(t *testing.T) {
 			n        = 100
 			interval = time.Second
 		)
-		sh := &localShared{held: n, ports: map[netip.AddrPort]int{}}
-		c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
-			Shared: sh, ProbeBudget: 20})
-		var (
-			mu     sync.Mutex
-			probes = make([][]time.Time, n)
-		)
-		c.probe = func(_ context.Context, addr netip.AddrPort) result {
-			mu.Lock()
-			defer mu.Unlock()
-			i := sh.ports[addr]
-			probes[i] = append(probes[i], time.Now())
-			return result{cause: CauseOK}
-		}
-		var ts []Target
-		for i := range n {
-			addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(1000+i))
-			sh.ports[addr] = i
-			ts = append(ts, Target{Key: fmt.Sprintf("c/n%d", i), Addr: addr})
-		}
-		c.SetTargets(ts)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.Run(ctx, nil)
-		}()
+		r := startBubble(t, n, n, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
+			ProbeBudget: 20}, func(i int) string { return fmt.Sprintf("c/n%d", i) })
+		c, ts := r.c, r.ts
 		// 100 targets a second against a budget of 20: most wait.
 		time.Sleep(2 * interval)
 		synctest.Wait()
@@ -188,12 +137,12 @@ func TestProbeAtPhase(t *testing.T) {
 			t.Fatalf("only %d of %d targets wait for the budget", len(moved), n)
 		}
 		at := time.Now()
-		mu.Lock()
+		r.mu.Lock()
 		before := make([]int, n)
 		for _, i := range moved {
-			before[i] = len(probes[i])
+			before[i] = len(r.probes[i])
 		}
-		mu.Unlock()
+		r.mu.Unlock()
 		// The budget is lifted: every probe still waiting starts at once,
 		// but not those moved to their phases.
 		for _, i := range moved {
@@ -204,16 +153,15 @@ func TestProbeAtPhase(t *testing.T) {
 		}
 		c.SetProbeBudget(0)
 		time.Sleep(interval)
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
+		r.stop()
+		r.mu.Lock()
+		defer r.mu.Unlock()
 		for _, i := range moved {
-			if len(probes[i]) <= before[i] {
+			if len(r.probes[i]) <= before[i] {
 				t.Errorf("%s not probed within an interval of being moved to its phase", ts[i].Key)
 				continue
 			}
-			p := probes[i][before[i]]
+			p := r.probes[i][before[i]]
 			if want := NextIdle(ts[i].Key, at.Add(interval/2), interval); !p.Equal(want) {
 				t.Errorf("%s probed at %v after being moved, want its phase at %v", ts[i].Key, p.Sub(at), want.Sub(at))
 			}
