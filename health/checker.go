@@ -1,12 +1,15 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"hash/fnv"
 	"maps"
 	"math"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +63,9 @@ type worker struct {
 	tr   tracker
 	// probing: the last tick probed (with Shared, a skipped tick clears it).
 	probing bool
+	// phaseNs: where in every Interval its ticks fall (see Phases), set by
+	// sync whenever the targets change.
+	phaseNs atomic.Int64
 
 	mu      sync.Mutex
 	stopped bool
@@ -157,8 +163,13 @@ func (c *Checker) Run(ctx context.Context, publish func(View)) {
 	c.publishLoop(r, publish)
 }
 
-// sync starts and stops workers so that r runs c.targets. c.mu is held.
+// phase is where in every Interval w's ticks fall (see Phases).
+func (w *worker) phase() time.Duration { return time.Duration(w.phaseNs.Load()) }
+
+// sync starts and stops workers so that r runs c.targets, each at its
+// phase among them. c.mu is held.
 func (c *Checker) sync(r *run) {
+	phases := Phases(slices.Collect(maps.Keys(c.targets)), c.cfg.Interval)
 	for k, w := range r.workers {
 		if t, ok := c.targets[k]; ok && t.Addr == w.t.Addr {
 			continue
@@ -171,11 +182,13 @@ func (c *Checker) sync(r *run) {
 		}
 	}
 	for k, t := range c.targets {
-		if _, ok := r.workers[k]; ok {
+		if w, ok := r.workers[k]; ok {
+			w.phaseNs.Store(int64(phases[k]))
 			continue
 		}
 		ctx, cancel := context.WithCancel(r.ctx)
 		w := &worker{t: t, ctx: ctx, cancel: cancel, tr: tracker{rise: c.cfg.Rise, fall: c.cfg.Fall}, qi: -1}
+		w.phaseNs.Store(int64(phases[k]))
 		r.workers[k] = w
 		r.wg.Add(1) // until the worker ends: see stop and tick
 		w.mu.Lock()
@@ -319,7 +332,7 @@ func (c *Checker) check(r *run, w *worker) {
 // NextProbe; at once after a ProbeNow that came meanwhile), unless w
 // stopped.
 func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
-	c.arm(r, w, NextProbe(w.t.Key, start.Add(c.cfg.Interval), c.cfg.Interval), keep)
+	c.arm(r, w, NextProbe(w.phase(), start.Add(c.cfg.Interval), c.cfg.Interval), keep)
 }
 
 // arm opens w's session when keep, else closes it, and arms the timer for
@@ -345,65 +358,83 @@ func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
 }
 
 // skip arms the timer for the next tick of w, whose tick at now Shared
-// gave to another checker: at w's phase (see phase) nearest to an Interval
-// on. Phases lie on a grid of idleGrid shared by every target (and every
-// process): a fleet instance asks Shared about every target once an
-// Interval and probes only its share; 1,000 targets at 2 s are 500 ticks a
-// second, each waking the process on its own when their times are spread;
-// on the grid, those due together run in one wake (40 a second).
+// gave to another checker: at w's phase (see Phases) nearest to an
+// Interval on. Phases lie on a grid of idleGrid shared by every target
+// (and every process): a fleet instance asks Shared about every target
+// once an Interval and probes only its share; 1,000 targets at 2 s are 500
+// ticks a second, each waking the process on its own when their times are
+// spread; on the grid, those due together run in one wake (40 a second).
 func (c *Checker) skip(r *run, w *worker, now time.Time) {
-	c.arm(r, w, NextIdle(w.t.Key, now.Add(c.cfg.Interval), c.cfg.Interval), false)
+	c.arm(r, w, NextIdle(w.phase(), now.Add(c.cfg.Interval), c.cfg.Interval), false)
 }
 
-// phase is where in every Interval a target's ticks fall, the same in
-// every process (Unix time modulo Interval): a hash of its key, on the
-// grid of idleGrid. Whichever instance of a fleet probes a target probes it
-// at its phase, so that the fleet's probes stay spread over the Interval
-// as the keys' hashes are, whenever and however often leases move: without
-// it, the leases one instance takes together (at its start, or when a
-// member leaves) are probed together, and stay together every Interval
-// after.
-func phase(key string, interval time.Duration) time.Duration {
+// Phases returns where in every interval the ticks of each of keys fall,
+// the same in every process that has the same keys (Unix time modulo
+// interval): the keys ordered by a hash, dealt in that order over the
+// points of the grid of idleGrid, as evenly as they go (1,000 keys at 2 s:
+// 25 at each of 40 points). Whichever instance of a fleet probes a target
+// probes it at its phase, so that the fleet's probes stay spread evenly
+// over the interval whenever and however often leases move: without it,
+// the leases one instance takes together (at its start, or when a member
+// leaves) are probed together, and stay together every interval after. A
+// key added or removed moves the others' phases by a grid step at most
+// when there are more keys than grid points (else by an interval divided
+// by the keys at most).
+func Phases(keys []string, interval time.Duration) map[string]time.Duration {
 	grid := idleGrid(interval)
-	steps := uint64(interval / grid)
-	if steps == 0 {
-		return 0
+	steps := max(1, int(interval/grid))
+	type ranked struct {
+		h   uint64
+		key string
 	}
-	h := fnv.New64a()
-	h.Write([]byte(key))
-	return time.Duration(h.Sum64()%steps) * grid
+	rs := make([]ranked, 0, len(keys))
+	for _, k := range keys {
+		h := fnv.New64a()
+		h.Write([]byte(k))
+		rs = append(rs, ranked{h.Sum64(), k})
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if c := cmp.Compare(a.h, b.h); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	out := make(map[string]time.Duration, len(rs))
+	for i, r := range rs {
+		out[r.key] = time.Duration(i*steps/len(rs)) * grid
+	}
+	return out
 }
 
-// NextIdle is the next tick of key after one that did not probe it, at
-// when the Interval puts it: the point of key's phase (see phase) nearest
-// to at.
-func NextIdle(key string, at time.Time, interval time.Duration) time.Time {
-	off := offPhase(key, at, interval)
+// NextIdle is the next tick after one that did not probe, at when the
+// interval puts it: the point of phase (see Phases) nearest to at.
+func NextIdle(phase time.Duration, at time.Time, interval time.Duration) time.Time {
+	off := offPhase(phase, at, interval)
 	if off > interval/2 {
 		return at.Add(interval - off)
 	}
 	return at.Add(-off)
 }
 
-// offPhase is how far at lies after the last point of key's phase, in
-// [0, interval).
-func offPhase(key string, at time.Time, interval time.Duration) time.Duration {
-	off := (time.Duration(at.UnixNano()) - phase(key, interval)) % interval
+// offPhase is how far at lies after the last point of phase, in [0,
+// interval).
+func offPhase(phase time.Duration, at time.Time, interval time.Duration) time.Duration {
+	off := (time.Duration(at.UnixNano()) - phase) % interval
 	if off < 0 {
 		off += interval
 	}
 	return off
 }
 
-// NextProbe is the next tick of key after a probe, at when that probe's
-// rhythm puts it (an Interval after its start): the same when it lies
-// within a grid step of key's phase (see phase), else the last point of
-// key's phase before it. A probe is never an Interval late by it: the gap to the next
-// probe only shortens, once, when a target is taken up off its phase (a
-// lease taken and probed at once, a session that ended, a probe the
-// budget held back).
-func NextProbe(key string, at time.Time, interval time.Duration) time.Time {
-	off, tol := offPhase(key, at, interval), idleGrid(interval)
+// NextProbe is the next tick after a probe, at when that probe's rhythm
+// puts it (an interval after its start): the same when it lies within a
+// grid step of phase (see Phases), else the last point of phase before
+// it. A probe is never late by it: the gap to the next probe only
+// shortens, once, when a target is taken up off its phase (a lease taken
+// and probed at once, a session that ended, a probe the budget held
+// back).
+func NextProbe(phase time.Duration, at time.Time, interval time.Duration) time.Time {
+	off, tol := offPhase(phase, at, interval), idleGrid(interval)
 	if off < tol || off > interval-tol {
 		return at
 	}
@@ -485,7 +516,7 @@ func (c *Checker) ProbeNow(key string) {
 }
 
 // ProbeAtPhase moves the probe of the target key that waits for the probe
-// budget to the next point of its phase (see NextIdle), unless none waits:
+// budget to the next point of its phase (see Phases), unless none waits:
 // a fleet instance that takes back the targets it held before Redis
 // stopped answering has their verdicts from its own probes, and probes
 // them at their phases from then on, as the fleet does, rather than all
@@ -511,7 +542,7 @@ func (c *Checker) ProbeAtPhase(key string) {
 	// It keeps the wg count it held while queued, now for its timer.
 	w.queued = false
 	now := time.Now()
-	w.timer.Reset(NextIdle(key, now.Add(c.cfg.Interval/2), c.cfg.Interval).Sub(now))
+	w.timer.Reset(NextIdle(w.phase(), now.Add(c.cfg.Interval/2), c.cfg.Interval).Sub(now))
 }
 
 // SetProbeBudget changes Config.ProbeBudget: at most perSecond probes start

@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -9,41 +10,72 @@ import (
 	"time"
 )
 
-// A target's next tick after a probe is never later than an Interval on,
-// and never sooner than a grid step; on its phase it stays an Interval on;
-// an idle tick lands on the phase point nearest to when it falls due; the
-// phases of many keys spread evenly over the grid.
+// Phases deal keys evenly over the grid, the same whatever their order,
+// and a key added moves the others' by a grid step at most. A target's
+// next tick after a probe is never later than an interval on, and never
+// sooner than a grid step; on its phase it stays an interval on; an idle
+// tick lands on the phase point nearest to when it falls due.
 func TestPhaseTicks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, interval := range []time.Duration{400 * time.Millisecond, 2 * time.Second, 10 * time.Second} {
 		grid := idleGrid(interval)
-		for i := range 2000 {
-			key := fmt.Sprintf("c%d/n%d", i%50, i)
+		steps := int(interval / grid)
+		for _, n := range []int{1, 37, 1000, 10000} {
+			keys := make([]string, n)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("c%d/n%d", i/3, i%3)
+			}
+			ph := Phases(keys, interval)
+			per := make([]int, steps)
+			for _, p := range ph {
+				if p%grid != 0 || p < 0 || p >= interval {
+					t.Fatalf("interval %v: phase %v off the grid of %v", interval, p, grid)
+				}
+				per[p/grid]++
+			}
+			if lo, hi := slices.Min(per), slices.Max(per); n >= steps && hi-lo > 1 {
+				t.Errorf("interval %v, %d keys: %d to %d at a point of the grid, want them dealt evenly", interval, n, lo, hi)
+			}
+			shuffled := slices.Clone(keys)
+			rng.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+			if again := Phases(shuffled, interval); !maps.Equal(again, ph) {
+				t.Errorf("interval %v, %d keys: other phases from the same keys in another order", interval, n)
+			}
+			added := Phases(append(slices.Clone(keys), "c-new/n0"), interval)
+			// A grid step at most, or an interval / keys when there are
+			// fewer keys than points (the wrap of the interval aside).
+			most := max(grid, interval/time.Duration(n)+grid)
+			if n >= steps {
+				most = grid
+			}
+			for k, p := range ph {
+				d := (added[k] - p + interval) % interval
+				if d > interval/2 {
+					d = interval - d
+				}
+				if d > most {
+					t.Fatalf("interval %v, %d keys: one key added moved %s by %v", interval, n, k, d)
+				}
+			}
+		}
+		for range 2000 {
+			phase := time.Duration(rng.IntN(steps)) * grid
 			at := time.Unix(1_700_000_000, 0).Add(time.Duration(rng.Int64N(int64(time.Hour))))
-			next := NextProbe(key, at, interval)
+			next := NextProbe(phase, at, interval)
 			if next.After(at) || !next.After(at.Add(-interval+grid-1)) {
-				t.Fatalf("interval %v, %s: NextProbe(%v) = %v, want within (at - interval + grid, at]", interval, key, at, next)
+				t.Fatalf("interval %v, phase %v: NextProbe(%v) = %v, want within (at - interval + grid, at]", interval, phase, at, next)
 			}
-			if off := offPhase(key, next, interval); off >= grid && off <= interval-grid {
-				t.Fatalf("interval %v, %s: NextProbe gives %v, %v off its phase", interval, key, next, off)
+			if off := offPhase(phase, next, interval); off >= grid && off <= interval-grid {
+				t.Fatalf("interval %v, phase %v: NextProbe gives %v, %v off its phase", interval, phase, next, off)
 			}
-			onPhase := next.Add(-offPhase(key, next, interval))
-			if got := NextProbe(key, onPhase.Add(interval), interval); !got.Equal(onPhase.Add(interval)) {
-				t.Fatalf("interval %v, %s: on its phase at %v, the next tick is %v, want an interval on", interval, key, onPhase, got)
+			onPhase := next.Add(-offPhase(phase, next, interval))
+			if got := NextProbe(phase, onPhase.Add(interval), interval); !got.Equal(onPhase.Add(interval)) {
+				t.Fatalf("interval %v, phase %v: on its phase at %v, the next tick is %v, want an interval on", interval, phase, onPhase, got)
 			}
-			idle := NextIdle(key, at, interval)
-			if d := idle.Sub(at); d < -interval/2 || d > interval/2 || offPhase(key, idle, interval) != 0 {
-				t.Fatalf("interval %v, %s: NextIdle(%v) = %v: not the nearest point of its phase", interval, key, at, idle)
+			idle := NextIdle(phase, at, interval)
+			if d := idle.Sub(at); d < -interval/2 || d > interval/2 || offPhase(phase, idle, interval) != 0 {
+				t.Fatalf("interval %v, phase %v: NextIdle(%v) = %v: not the nearest point of its phase", interval, phase, at, idle)
 			}
-		}
-		// 10,000 keys over the interval's tenths: each within 15% of its
-		// share (five standard deviations).
-		per := make([]int, 10)
-		for i := range 10000 {
-			per[phase(fmt.Sprintf("c%d/n%d", i/3, i%3), interval)*10/interval]++
-		}
-		if lo, hi := slices.Min(per), slices.Max(per); lo < 850 || hi > 1150 {
-			t.Errorf("interval %v: 10,000 keys' phases by tenths of it: %v, want about 1,000 each", interval, per)
 		}
 	}
 }
@@ -62,6 +94,7 @@ func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
 		r := startBubble(t, n, 0, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1},
 			func(i int) string { return fmt.Sprintf("c%d/n%d", i/2, i%2) })
 		c, ts := r.c, r.ts
+		ph := phasesOf(ts, interval)
 		// Nothing probed for three intervals; then every target is taken
 		// and probed at once.
 		time.Sleep(3*interval + 330*time.Millisecond)
@@ -87,7 +120,7 @@ func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
 						t.Errorf("%s: %v between two probes, over the interval", ts[i].Key, gap)
 					}
 					// Within a grid step of it counts as on it.
-					if off := offPhase(ts[i].Key, p, interval); off >= idleGrid(interval) && off <= interval-idleGrid(interval) {
+					if off := offPhase(ph[ts[i].Key], p, interval); off >= idleGrid(interval) && off <= interval-idleGrid(interval) {
 						t.Errorf("%s: probe %d at %v, %v off its phase", ts[i].Key, j, p, off)
 					}
 				}
@@ -98,8 +131,8 @@ func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
 		}
 		mean := float64(2*n) / float64(len(counts))
 		t.Logf("%d targets taken at once: from two intervals on, %v probes per %v (mean %.0f)", n, counts, bucket, mean)
-		if most := slices.Max(counts); float64(most) > 2*mean {
-			t.Errorf("up to %d probes in %v, over twice the mean %.0f: the targets taken together are still probed together", most, bucket, mean)
+		if most := slices.Max(counts); float64(most) > 1.5*mean {
+			t.Errorf("up to %d probes in %v, over 1.5 x the mean %.0f: the targets taken together are still probed together", most, bucket, mean)
 		}
 	})
 }
@@ -162,9 +195,18 @@ func TestProbeAtPhase(t *testing.T) {
 				continue
 			}
 			p := r.probes[i][before[i]]
-			if want := NextIdle(ts[i].Key, at.Add(interval/2), interval); !p.Equal(want) {
+			if want := NextIdle(phasesOf(ts, interval)[ts[i].Key], at.Add(interval/2), interval); !p.Equal(want) {
 				t.Errorf("%s probed at %v after being moved, want its phase at %v", ts[i].Key, p.Sub(at), want.Sub(at))
 			}
 		}
 	})
+}
+
+// phasesOf is the phases of ts's keys (see Phases).
+func phasesOf(ts []Target, interval time.Duration) map[string]time.Duration {
+	keys := make([]string, len(ts))
+	for i, t := range ts {
+		keys[i] = t.Key
+	}
+	return Phases(keys, interval)
 }

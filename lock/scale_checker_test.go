@@ -155,7 +155,7 @@ func (c *simChecker) ProbeAtPhase(key string) {
 	t := &c.ts[i]
 	t.busy = false
 	now := time.Now()
-	t.due = health.NextIdle(key, now.Add(c.interval/2), c.interval).UnixNano()
+	t.due = health.NextIdle(c.fl.phases[i], now.Add(c.interval/2), c.interval).UnixNano()
 	c.schedule(i)
 }
 
@@ -385,14 +385,14 @@ func (q *simQueue) Pop() any {
 // start, when the checker's next tick would be (health.NextProbe), or at
 // once when ProbeNow came meanwhile.
 func (c *simChecker) next(i int32, start int64) {
-	c.reschedule(i, health.NextProbe(c.fl.targets[i].Key, time.Unix(0, start+int64(c.interval)), c.interval).UnixNano())
+	c.reschedule(i, health.NextProbe(c.fl.phases[i], time.Unix(0, start+int64(c.interval)), c.interval).UnixNano())
 }
 
 // idle puts target i back on the wheel after a tick at at that did not
 // probe it, when the checker's next tick would be (health.NextIdle), or at
 // once when ProbeNow came meanwhile.
 func (c *simChecker) idle(i int32, at int64) {
-	c.reschedule(i, health.NextIdle(c.fl.targets[i].Key, time.Unix(0, at+int64(c.interval)), c.interval).UnixNano())
+	c.reschedule(i, health.NextIdle(c.fl.phases[i], time.Unix(0, at+int64(c.interval)), c.interval).UnixNano())
 }
 
 // reschedule puts target i back on the wheel at due, or at once when

@@ -55,7 +55,8 @@ type scaleFleet struct {
 
 	targets []health.Target
 	index   map[string]int32
-	down    []atomic.Bool // by target: the backend refuses connections
+	phases  []time.Duration // by target: where in every interval its ticks fall (health.Phases)
+	down    []atomic.Bool   // by target: the backend refuses connections
 
 	start     time.Time      // of bucket 0
 	buckets   []atomic.Int32 // probe starts per probeBucket since start
@@ -240,8 +241,15 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 	fl := &scaleFleet{tb: tb, srv: srv, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}), interval: interval, rise: scaleRise, fall: scaleFall, budget: budget,
 		targets: scaleTargets(m), index: make(map[string]int32, m), down: make([]atomic.Bool, m),
 		start: time.Now(), buckets: make([]atomic.Int32, scaleMaxRun/probeBucket), perTarget: make([]atomic.Int32, m)}
+	keys := make([]string, m)
 	for i, t := range fl.targets {
 		fl.index[t.Key] = int32(i)
+		keys[i] = t.Key
+	}
+	phases := health.Phases(keys, interval)
+	fl.phases = make([]time.Duration, m)
+	for i, k := range keys {
+		fl.phases[i] = phases[k]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	fl.cancel = cancel
