@@ -46,6 +46,10 @@ import (
 // a shared 2-core machine 40 instances, 1,000 listeners and Redis at one
 // priority starve Redis, the instances' calls miss their deadlines and
 // they go local (measured: with -15 they settle, without they do not).
+// FLEET_SCALE_GOMAXPROCS runs each instance with that GOMAXPROCS, as
+// automaxprocs sets it in a pod whose CPU limit is under a core (1), where
+// on 2 shared cores each Go runtime would otherwise keep two processors
+// busy looking for work.
 //
 //	go test -run '^$' -bench FleetScale -benchtime 1x -timeout 30m ./test/
 func BenchmarkFleetScale(b *testing.B) {
@@ -78,6 +82,16 @@ func BenchmarkFleetScale(b *testing.B) {
 			b.Fatalf("redis-server at nice %d: %v", nice, err)
 		}
 		fmt.Printf("fleet scale: redis-server runs at nice %d (its main thread)\n", nice)
+	}
+	if v := os.Getenv("FLEET_SCALE_GOMAXPROCS"); v != "" {
+		// Each instance as a pod with a CPU limit under one core, where
+		// automaxprocs gives it one P: the instances inherit it, this
+		// process (the backends' listeners) keeps its own.
+		if p, err := strconv.Atoi(v); err != nil || p < 1 {
+			b.Fatalf("FLEET_SCALE_GOMAXPROCS=%q: not a count", v)
+		}
+		b.Setenv("GOMAXPROCS", v)
+		fmt.Printf("fleet scale: each instance runs with GOMAXPROCS=%s\n", v)
 	}
 	reg := Registry(b)
 	counts := newProbeCounter(hold+time.Minute, bucket)
