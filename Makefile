@@ -91,7 +91,7 @@ run: setup
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e '/test$$' -e '/lock$$')
 	$(GO) test -run '^$$' -bench '^BenchmarkTend$$' -benchmem ./lock/
-	$(GO) test -run '^$$' -bench '^Benchmark(Fleet|FleetRelay)$$' -benchtime 1x ./test/
+	$(GO) test -run '^$$' -bench '^Benchmark(Fleet|FleetRelay|RelayStall)$$' -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkRegistryScale$$' -benchtime 1x -timeout 30m ./test/
 	$(GO) test -run '^$$' -bench '^Benchmark(DNSSEC|TopologyQPS)$$' -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkSwitchover$$' -benchtime 1x -timeout 30m ./test/

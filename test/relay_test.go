@@ -51,10 +51,17 @@ type relayWorld struct {
 
 func newRelayWorld(t testing.TB, n int) *relayWorld {
 	t.Helper()
+	return newRelayWorldGrace(t, n, fmt.Sprintf("\n  relay_grace %v", relayTestGrace))
+}
+
+// newRelayWorldGrace is newRelayWorld with grace in the pgcluster block
+// for its relay_grace line ("" for the default).
+func newRelayWorldGrace(t testing.TB, n int, grace string) *relayWorld {
+	t.Helper()
 	w := &relayWorld{t: t, pg: Registry(t), rs: redistest.Start(t), last: 1}
 	w.pg.MustExec(t, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES ('local', 'n0', '192.0.2.1', 5432, 'primary')")
-	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_prefix %s\n  redis_secret %s\n  relay_grace %v\n }\n}\n",
-		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, relayTestGrace)
+	w.corefile = fmt.Sprintf("%s:%s {\n bind 127.0.0.1\n prometheus 127.0.0.1:%s\n pgcluster {\n  postgres %s\n  redis %s\n  redis_prefix %s\n  redis_secret %s%s\n }\n}\n",
+		Zone, PortPlaceholder, MetricsPlaceholder, w.pg.DSN(""), w.rs.URL(), relayPrefix, relaySecret, grace)
 	w.connect()
 	// Started together, as a fleet's hosts boot: each answers once loaded.
 	w.ins = StartTogether(t, slices.Repeat([]string{w.corefile}, n)...)
@@ -377,6 +384,48 @@ func BenchmarkFleetRelay(b *testing.B) {
 	w := newRelayWorld(b, n)
 	fmt.Printf("relay: %d instances answering %v after their start\n", n, time.Since(begin).Round(time.Millisecond))
 	runRelay(b, w, changes, func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
+}
+
+// BenchmarkRelayStall counts the registry sessions a fleet of 20
+// bin/coredns instances with the relay and the default relay_grace opens
+// while Redis stalls (SIGSTOP) for 600 ms and for 10 s: each reader serves
+// its copy for the grace and a random part of another before it follows
+// PostgreSQL itself, so a stall shorter than the grace opens none beyond
+// the follower's. Sessions are sampled every 50 ms in pg_stat_activity,
+// from the stall to 5 s after Redis returned, and the fleet is back to one
+// session before the next stall. b.N is ignored: one run is one
+// measurement.
+//
+//	go test -run '^$' -bench '^BenchmarkRelayStall$' -benchtime 1x ./test/
+func BenchmarkRelayStall(b *testing.B) {
+	const n = 20
+	w := newRelayWorldGrace(b, n, "")
+	Eventually(b, 20*time.Second, serves(w.ins, "192.0.2.1"))
+	Eventually(b, 20*time.Second, w.connsAtMost(1))
+	for _, d := range []time.Duration{600 * time.Millisecond, 10 * time.Second} {
+		stop := w.watchConns()
+		if err := w.rs.Freeze(); err != nil {
+			b.Fatal(err)
+		}
+		time.Sleep(d) // the stall
+		if err := w.rs.Thaw(); err != nil {
+			b.Fatal(err)
+		}
+		during, err := stop()
+		if err != nil {
+			b.Errorf("sampling pg_stat_activity: %v", err)
+		}
+		stop = w.watchConns()
+		time.Sleep(5 * time.Second) // the window after, observed
+		after, err := stop()
+		if err != nil {
+			b.Errorf("sampling pg_stat_activity: %v", err)
+		}
+		fmt.Printf("relay stall: Redis stopped (SIGSTOP) for %v, %d instances, relay_grace at its default (%v): at most %d registry sessions from the fleet during the stall, %d in the 5 s after it\n",
+			d, n, 10*time.Second, during, after)
+		b.ReportMetric(float64(during), fmt.Sprintf("sessions-during-%v", d))
+		Eventually(b, 30*time.Second, w.connsAtMost(1))
+	}
 }
 
 // runRelay runs the numbered steps below on w, with changes changes for step
