@@ -82,6 +82,11 @@ const (
 //	              (default the plugin's with Redis: the larger of 200
 //	              and backends / (2 x interval)), applied as health's
 //	              ProbeBudget does
+//	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
+//	              of this process), as the fleet these coordinators
+//	              stand for runs Redis on a machine of its own (on 2
+//	              cores, 100 coordinators starting together starve a
+//	              Redis at their priority, and it settles with -15)
 //
 // On a shared 2-core machine the default sizes take about 5 minutes
 // (20x1000 one, 100x1000 four: a fleet that does not settle waits out
