@@ -26,9 +26,11 @@ func TestCoordinatorReplayedVersion(t *testing.T) {
 	// The status replayed is one the receiver has applied: the holder
 	// rewrites its status at every probe but publishes only changes, so
 	// the one stored may be newer than the receiver's, and a newer
-	// status under a forged version is refused, not stale.
+	// status under a forged version is refused, not stale. A resync has
+	// the receiver read the stored one, until one is read before the
+	// holder's next probe rewrites it.
 	var stored string
-	eventually(t, 5*time.Second, "a stored status the receiver has applied", func() bool {
+	applied := func() bool {
 		s, err := raw.HGet(ctx, statusKey("fleet:", "c/a"), "s").Result()
 		if err != nil {
 			return false
@@ -39,10 +41,17 @@ func TestCoordinatorReplayedVersion(t *testing.T) {
 		}
 		c := ins[rx].coord
 		c.mu.Lock()
-		applied := c.remote["c/a"].version
+		v := c.remote["c/a"].version
 		c.mu.Unlock()
 		stored = s
-		return st.V <= applied
+		return st.V <= v
+	}
+	eventually(t, 5*time.Second, "a stored status the receiver has applied", func() bool {
+		if applied() {
+			return true
+		}
+		ins[rx].coord.sub.Resync()
+		return false
 	})
 	before := obs[rx].count("stale")
 	huge := time.Now().UnixMicro() * 4
