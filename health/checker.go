@@ -488,6 +488,17 @@ func (c *Checker) claim(w *worker) (probe, continuing bool) {
 	return true, continuing
 }
 
+// worker returns the running Run and its worker of the target key, nil
+// when no Run runs or key is not among its targets.
+func (c *Checker) worker(key string) (*run, *worker) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.run == nil {
+		return nil, nil
+	}
+	return c.run, c.run.workers[key]
+}
+
 // ProbeNow probes the target key at once, or as soon as the probe in flight
 // ends, unless it is not a target of a running Run: with Shared, a checker
 // that has just been given a target calls it so that the target is not left
@@ -495,12 +506,7 @@ func (c *Checker) claim(w *worker) (probe, continuing bool) {
 // once whether the server is going. The probe budget applies: a probe
 // waiting for it is not started again, as it has not started yet.
 func (c *Checker) ProbeNow(key string) {
-	c.mu.Lock()
-	var w *worker
-	if c.run != nil {
-		w = c.run.workers[key]
-	}
-	c.mu.Unlock()
+	_, w := c.worker(key)
 	if w == nil {
 		return
 	}
@@ -522,13 +528,7 @@ func (c *Checker) ProbeNow(key string) {
 // them at their phases from then on, as the fleet does, rather than all
 // at once as the budget frees up.
 func (c *Checker) ProbeAtPhase(key string) {
-	c.mu.Lock()
-	r := c.run
-	var w *worker
-	if r != nil {
-		w = r.workers[key]
-	}
-	c.mu.Unlock()
+	r, w := c.worker(key)
 	if w == nil {
 		return
 	}
