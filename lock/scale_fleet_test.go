@@ -6,14 +6,11 @@ import (
 	"log"
 	"math/rand/v2"
 	"net/netip"
-	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -241,17 +238,11 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 		tb.Fatalf("this benchmark needs a real redis-server and could not start one: %v", err)
 	}
 	tb.Cleanup(srv.Stop)
-	if v := os.Getenv("SCALE_REDIS_NICE"); v != "" {
-		// Redis on a machine of its own, as the fleet these coordinators
-		// stand for would run it, rather than one process beside all of
-		// them on two cores.
-		nice, err := strconv.Atoi(v)
-		if err != nil {
-			tb.Fatalf("SCALE_REDIS_NICE=%q: %v", v, err)
-		}
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, srv.Pid(), nice); err != nil {
-			tb.Fatalf("redis-server at nice %d: %v", nice, err)
-		}
+	// Redis on a machine of its own, as the fleet these coordinators
+	// stand for would run it, rather than one process beside all of them
+	// on two cores.
+	if _, _, err := srv.NiceFromEnv("SCALE_REDIS_NICE"); err != nil {
+		tb.Fatal(err)
 	}
 	fl := &scaleFleet{tb: tb, srv: srv, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}), interval: interval, rise: scaleRise, fall: scaleFall, budget: budget,
 		targets: scaleTargets(m), index: make(map[string]int32, m), down: make([]atomic.Bool, m),

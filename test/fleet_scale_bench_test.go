@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,16 +70,11 @@ func BenchmarkFleetScale(b *testing.B) {
 	}
 
 	rs := redistest.Start(b)
-	if v := os.Getenv("FLEET_SCALE_REDIS_NICE"); v != "" {
-		// Redis on a machine of its own, as a fleet deploys it, rather
-		// than one process among the fleet's on two cores.
-		nice, err := strconv.Atoi(v)
-		if err != nil {
-			b.Fatalf("FLEET_SCALE_REDIS_NICE=%q: %v", v, err)
-		}
-		if err := syscall.Setpriority(syscall.PRIO_PROCESS, rs.Pid(), nice); err != nil {
-			b.Fatalf("redis-server at nice %d: %v", nice, err)
-		}
+	// Redis on a machine of its own, as a fleet deploys it, rather than
+	// one process among the fleet's on two cores.
+	if nice, set, err := rs.NiceFromEnv("FLEET_SCALE_REDIS_NICE"); err != nil {
+		b.Fatal(err)
+	} else if set {
 		fmt.Printf("fleet scale: redis-server runs at nice %d (its main thread)\n", nice)
 	}
 	if v := os.Getenv("FLEET_SCALE_GOMAXPROCS"); v != "" {

@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -144,6 +145,25 @@ func (s *Server) URL() string {
 		return "rediss://" + s.Addr()
 	}
 	return "redis://" + s.Addr()
+}
+
+// NiceFromEnv runs the server at the nice value the environment variable
+// name gives, when it is set (a benchmark's Redis on a machine of its own,
+// ahead of the processes it serves): it returns that value and whether it
+// was set, or why it could not be.
+func (s *Server) NiceFromEnv(name string) (int, bool, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, false, nil
+	}
+	nice, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, false, fmt.Errorf("%s=%q: %v", name, v, err)
+	}
+	if err := syscall.Setpriority(syscall.PRIO_PROCESS, s.Pid(), nice); err != nil {
+		return 0, false, fmt.Errorf("redis-server at nice %d: %v", nice, err)
+	}
+	return nice, true, nil
 }
 
 // Pid returns the process id of the running server, 0 while it is stopped.
