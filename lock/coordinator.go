@@ -758,7 +758,9 @@ func (c *Coordinator) signal() {
 func (c *Coordinator) view() health.View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	v := health.View{}
+	// Sized at once: grown entry by entry, a View of thousands of
+	// targets costs its map's rehashes as much as the rest of its making.
+	v := make(health.View, len(c.targets))
 	if len(c.targets) == 0 {
 		for k := range c.remote {
 			// Only what a live holder stands by: a status the fleet
