@@ -85,31 +85,37 @@ const (
 const maxDetail = 200
 
 // Verdict is a target's judged state after rise/fall.
+//
+// Its fields are ordered so that it takes 120 bytes: a map stores a value
+// of more than 128 bytes apart from its slot, one allocation per entry, and
+// a View of thousands of targets, made for every change the fleet
+// publishes, then costs as many allocations.
 type Verdict struct {
 	State State
+	// Leaving: the server ended the check's session (it is shutting down or died, or someone
+	// ended the session) and the probe that tells which is in flight. A primary that is
+	// leaving does not make a split brain with one that has just been promoted.
+	Leaving bool
+	// ReplicasHidden: the check's role may not read the replicas' columns (it lacks
+	// pg_monitor), so they are unknown, not absent (see Replicas).
+	ReplicasHidden bool
+	// Timeline is, for a primary, the timeline it writes WAL on (from its current WAL file's name:
+	// a promotion moves it at once, where a checkpoint's lags by minutes); 0 when unknown, for a
+	// standby and for tcp.
+	Timeline uint32
 	// Role is, for the postgres check, "primary" or "standby" from pg_is_in_recovery() as read
 	// by the last successful probe; "" for tcp or when never read.
 	Role string
 	// WAL is the LSN read by the last successful postgres probe: pg_current_wal_lsn() on a
 	// primary, pg_last_wal_replay_lsn() on a standby (0 when unknown / tcp).
 	WAL uint64
-	// Timeline is, for a primary, the timeline it writes WAL on (from its current WAL file's name:
-	// a promotion moves it at once, where a checkpoint's lags by minutes); 0 when unknown, for a
-	// standby and for tcp.
-	Timeline uint32
 	// SystemID is the server's database system identifier (pg_control_system()): servers made
 	// from one initdb (a primary and its standbys) share it. 0 when unknown and for tcp.
 	SystemID uint64
-	// Leaving: the server ended the check's session (it is shutting down or died, or someone
-	// ended the session) and the probe that tells which is in flight. A primary that is
-	// leaving does not make a split brain with one that has just been promoted.
-	Leaving bool
 	// Replicas is, for the postgres check of a primary, its standbys as pg_stat_replication
 	// showed them to the last successful probe, in name order (empty when it has none); nil
-	// for a standby, for tcp and when never read. ReplicasHidden: the check's role may not
-	// read their columns (it lacks pg_monitor), so they are unknown, not absent.
-	Replicas       []Replica
-	ReplicasHidden bool
+	// for a standby, for tcp and when never read.
+	Replicas []Replica
 	// Cause is a stable word (the Cause* constants): the last probe's failure while Down, "ok" while Up.
 	Cause string
 	// Detail is the error text of the last failure while Down, for TXT (at most 200 bytes).

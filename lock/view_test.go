@@ -1,0 +1,205 @@
+package lock
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/pgcluster/pgcluster/health"
+)
+
+// TestViewMadeAgainMatchesWhole drives a coordinator, without Redis,
+// through random sequences of what changes its View (own verdicts, the
+// holders' statuses live and read, leases taken, released and lost,
+// members coming and going, Claims, local mode and the return, targets
+// replaced, and time passing, which lapses statuses) and checks after each
+// step that the View made from the last one (only the entries that may
+// have changed made again) is the View made whole: an entry that moved
+// without being marked would answer from an old verdict until something
+// else made the View whole.
+func TestViewMadeAgainMatchesWhole(t *testing.T) {
+	for seed := range uint64(20) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { viewRandomWalk(t, seed) })
+	}
+}
+
+func viewRandomWalk(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	t.Cleanup(func() { rdb.Close() })
+	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	others := []string{fmt.Sprintf("%032x", 1), fmt.Sprintf("%032x", 2), fmt.Sprintf("%032x", 3)}
+	all := make([]health.Target, 40)
+	for i := range all {
+		all[i] = health.Target{Key: fmt.Sprintf("c%d/n%d", i/2, i%2), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)}
+	}
+	targets := all[:30]
+	c.SetTargets(targets)
+	members := func() Membership {
+		m := Membership{Members: []string{c.Token()}, Now: time.Now().Add(c.offset)}
+		for _, o := range others {
+			if rng.IntN(4) != 0 {
+				m.Members = append(m.Members, o)
+			}
+		}
+		return m
+	}
+	c.round(members())
+	progress := func() health.Progress {
+		if rng.IntN(3) == 0 {
+			return health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Detail: "refused", Last: time.Now()}, Fail: 2}
+		}
+		return health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Role: []string{"primary", "standby"}[rng.IntN(2)], Last: time.Now()}, OK: 2}
+	}
+	var steps []string
+	for step := range 400 {
+		tg := all[rng.IntN(len(all))]
+		switch op := rng.IntN(12); op {
+		case 0, 1, 2:
+			steps = append(steps, "record "+tg.Key)
+			c.Record(tg, progress())
+		case 3, 4, 5:
+			// A holder's status, live or from a read, by anyone the
+			// fleet may or may not give the key to.
+			holder := append(others, c.Token())[rng.IntN(len(others)+1)]
+			st := newStatus(tg.Addr, holder, time.Now(), progress())
+			c.mu.Lock()
+			v := c.now() - rng.Int64N(int64(3*time.Second/time.Microsecond))
+			c.mu.Unlock()
+			st.V = v
+			live := rng.IntN(2) == 0
+			steps = append(steps, fmt.Sprintf("status %s by %.4s live %v", tg.Key, holder, live))
+			c.applyRemote(tg.Key, v, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), live)
+		case 6:
+			steps = append(steps, "claim "+tg.Key)
+			c.Claim(tg)
+		case 7:
+			// Leases taken and released as tend does, or one lost as a
+			// fenced write finds.
+			c.mu.Lock()
+			if rng.IntN(2) == 0 {
+				steps = append(steps, "lease lost "+tg.Key)
+				if c.held[tg.Key] {
+					delete(c.held, tg.Key)
+					c.signalKey(tg.Key)
+				}
+			} else {
+				steps = append(steps, "leases taken and released")
+				for _, t := range targets {
+					if rng.IntN(3) == 0 {
+						if c.owners[t.Key] == c.Token() {
+							c.held[t.Key] = true
+						} else {
+							delete(c.held, t.Key)
+						}
+					}
+				}
+				c.signal()
+			}
+			c.mu.Unlock()
+		case 8:
+			steps = append(steps, "round")
+			c.round(members())
+		case 9:
+			steps = append(steps, "local")
+			c.mu.Lock()
+			c.goLocal()
+			c.mu.Unlock()
+		case 10:
+			d := time.Duration(rng.Int64N(int64(3 * time.Second)))
+			steps = append(steps, fmt.Sprintf("%v pass", d))
+			c.mu.Lock()
+			c.offset += d
+			c.mu.Unlock()
+		case 11:
+			if rng.IntN(4) == 0 {
+				lo := rng.IntN(10)
+				targets = all[lo : lo+30]
+				steps = append(steps, "targets replaced")
+				c.SetTargets(targets)
+			}
+		}
+		got := c.view()
+		c.mu.Lock()
+		c.signal()
+		c.mu.Unlock()
+		want := c.view()
+		if !sameView(got, want) {
+			for k := range maps.Keys(want) {
+				if g, ok := got[k]; !ok || !g.Equal(want[k], true) || !g.Last.Equal(want[k].Last) {
+					t.Errorf("entry %s: made again %+v, made whole %+v", k, g, want[k])
+				}
+			}
+			for k := range got {
+				if _, ok := want[k]; !ok {
+					t.Errorf("entry %s: made again %+v, made whole none", k, got[k])
+				}
+			}
+			t.Fatalf("step %d: the View made again is not the View made whole; the last steps: %q", step, steps[max(0, len(steps)-6):])
+		}
+	}
+}
+
+func sameView(a, b health.View) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, va := range a {
+		vb, ok := b[k]
+		if !ok || !va.Equal(vb, true) || !va.Last.Equal(vb.Last) {
+			return false
+		}
+	}
+	return true
+}
+
+// TestViewHolderLapses: a target this instance probed and does not hold,
+// covered by its holder's status, answers from this instance's own verdict
+// once that status lapses, though nothing here changed but the time.
+func TestViewHolderLapses(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
+	t.Cleanup(func() { rdb.Close() })
+	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf("%032x", 1)
+	var tg health.Target
+	var ts []health.Target
+	for i := range 8 {
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
+	}
+	c.SetTargets(ts)
+	c.round(Membership{Members: []string{c.Token(), other}, Now: time.Now()})
+	for _, x := range ts {
+		if c.ownerOf(x.Key) == other {
+			tg = x
+		}
+	}
+	if tg.Key == "" {
+		t.Fatal("no target of the other member's among 8")
+	}
+	c.Record(tg, health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Last: time.Now()}, Fail: 2})
+	st := newStatus(tg.Addr, other, time.Now(), health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Last: time.Now()}, OK: 2})
+	c.mu.Lock()
+	st.V = c.now()
+	c.mu.Unlock()
+	c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+	if v := c.view(); v[tg.Key].State != health.Up {
+		t.Fatalf("while the holder's status covers %s, the View has %v, want its Up", tg.Key, v[tg.Key].State)
+	}
+	c.mu.Lock()
+	c.offset += c.b.cover() + time.Second
+	c.mu.Unlock()
+	if v := c.view(); v[tg.Key].State != health.Down {
+		t.Fatalf("once the holder's status lapsed, the View has %v for %s, want this instance's own Down", v[tg.Key].State, tg.Key)
+	}
+}
