@@ -79,3 +79,35 @@ func BenchmarkTend(b *testing.B) {
 		b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/1000, "ms/round")
 	})
 }
+
+// BenchmarkView measures a View of 1,000 and 10,000 targets (20 members,
+// without Redis): "whole" made from every target, "again" made from the
+// last one after one status changed, as a flip published to the fleet
+// asks of every instance.
+func BenchmarkView(b *testing.B) {
+	for _, n := range []int{1_000, 10_000} {
+		b.Run(fmt.Sprintf("whole/%d", n), func(b *testing.B) {
+			c, _, _ := benchFleet(b, 20, n)
+			b.ReportAllocs()
+			for b.Loop() {
+				c.mu.Lock()
+				c.signal()
+				c.mu.Unlock()
+				c.view()
+			}
+		})
+		b.Run(fmt.Sprintf("again/%d", n), func(b *testing.B) {
+			c, _, ts := benchFleet(b, 20, n)
+			c.view()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				c.mu.Lock()
+				c.signalKey(ts[i%len(ts)].Key)
+				c.mu.Unlock()
+				c.view()
+				i++
+			}
+		})
+	}
+}
