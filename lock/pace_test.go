@@ -32,9 +32,14 @@ func TestCoordinatorViewsPaced(t *testing.T) {
 		return views() == v
 	})
 
+	change := func() {
+		in.coord.mu.Lock()
+		defer in.coord.mu.Unlock()
+		in.coord.signal()
+	}
 	v := views()
 	asked := time.Now()
-	in.coord.signal()
+	change()
 	eventually(t, time.Second, "a View for a change after a quiet spell", func() bool { return views() > v })
 	if took := time.Since(asked); took > 100*time.Millisecond {
 		t.Errorf("a change after a quiet spell waited %v for its View, want it at once", took)
@@ -46,7 +51,7 @@ func TestCoordinatorViewsPaced(t *testing.T) {
 	tick := time.NewTicker(time.Millisecond)
 	for range burst {
 		<-tick.C
-		in.coord.signal()
+		change()
 	}
 	tick.Stop()
 	elapsed := time.Since(start)
