@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pgcluster/pgcluster/health"
 )
 
@@ -18,12 +16,7 @@ import (
 // down for seconds answered after a SIGKILL of its prober, from the "up" a
 // survivor had recorded long before in local mode.
 func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled: the test drives the state itself
-	t.Cleanup(func() { rdb.Close() })
-	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond, Resync: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 100 * time.Millisecond, Timeout: 50 * time.Millisecond, Resync: time.Second})
 	tg := health.Target{Key: "c/a", Addr: netip.MustParseAddrPort("192.0.2.1:5432")}
 	c.SetTargets([]health.Target{tg})
 

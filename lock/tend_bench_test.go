@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/pgcluster/pgcluster/health"
 )
 
@@ -16,12 +14,7 @@ import (
 // the fleet gives it to, and this instance holds its share.
 func benchFleet(b *testing.B, members, targets int) (*Coordinator, Membership, []health.Target) {
 	b.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
-	b.Cleanup(func() { rdb.Close() })
-	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := offlineCoordinator(b, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
 	m := Membership{Members: []string{c.Token()}, Now: time.Now()}
 	for i := range members - 1 {
 		m.Members = append(m.Members, fmt.Sprintf("%032x", i))

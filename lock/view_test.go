@@ -2,9 +2,9 @@ package lock
 
 import (
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,12 +30,7 @@ func TestViewMadeAgainMatchesWhole(t *testing.T) {
 
 func viewRandomWalk(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 7))
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
-	t.Cleanup(func() { rdb.Close() })
-	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
 	others := []string{fmt.Sprintf("%032x", 1), fmt.Sprintf("%032x", 2), fmt.Sprintf("%032x", 3)}
 	all := make([]health.Target, 40)
 	for i := range all {
@@ -132,45 +127,47 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 		c.signal()
 		c.mu.Unlock()
 		want := c.view()
-		if !sameView(got, want) {
-			for k := range maps.Keys(want) {
-				if g, ok := got[k]; !ok || !g.Equal(want[k], true) || !g.Last.Equal(want[k].Last) {
-					t.Errorf("entry %s: made again %+v, made whole %+v", k, g, want[k])
-				}
-			}
-			for k := range got {
-				if _, ok := want[k]; !ok {
-					t.Errorf("entry %s: made again %+v, made whole none", k, got[k])
-				}
-			}
-			t.Fatalf("step %d: the View made again is not the View made whole; the last steps: %q", step, steps[max(0, len(steps)-6):])
+		if diff := viewDiff(got, want); len(diff) > 0 {
+			t.Fatalf("step %d: the View made again is not the View made whole (%s); the last steps: %q", step, strings.Join(diff, "; "), steps[max(0, len(steps)-6):])
 		}
 	}
 }
 
-func sameView(a, b health.View) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, va := range a {
-		vb, ok := b[k]
-		if !ok || !va.Equal(vb, true) || !va.Last.Equal(vb.Last) {
-			return false
+// viewDiff names the entries in which got differs from want, the time of
+// the probe included.
+func viewDiff(got, want health.View) []string {
+	var out []string
+	for k, w := range want {
+		if g, ok := got[k]; !ok || !g.Equal(w, true) || !g.Last.Equal(w.Last) {
+			out = append(out, fmt.Sprintf("entry %s: made again %+v, made whole %+v", k, g, w))
 		}
 	}
-	return true
+	for k, g := range got {
+		if _, ok := want[k]; !ok {
+			out = append(out, fmt.Sprintf("entry %s: made again %+v, made whole none", k, g))
+		}
+	}
+	return out
+}
+
+// offlineCoordinator is a coordinator whose Redis is never dialled: the
+// test or benchmark drives its state itself.
+func offlineCoordinator(tb testing.TB, cfg Config) *Coordinator {
+	tb.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	tb.Cleanup(func() { rdb.Close() })
+	c, err := NewCoordinator(rdb, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }
 
 // TestViewHolderLapses: a target this instance probed and does not hold,
 // covered by its holder's status, answers from this instance's own verdict
 // once that status lapses, though nothing here changed but the time.
 func TestViewHolderLapses(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true}) // never dialled
-	t.Cleanup(func() { rdb.Close() })
-	c, err := NewCoordinator(rdb, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
 	other := fmt.Sprintf("%032x", 1)
 	var tg health.Target
 	var ts []health.Target
