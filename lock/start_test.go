@@ -1,10 +1,14 @@
 package lock
 
 import (
+	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/redistest"
@@ -144,4 +148,54 @@ func TestCoordinatorRejoinProbeRamp(t *testing.T) {
 	if last := totals[len(totals)-1]; last > n*15/10 {
 		t.Errorf("%d probes in the fourth interval after Redis came back, want about %d (one prober per target)", last, n)
 	}
+}
+
+// resyncs counts the reads of every stored status that failed.
+type resyncs struct {
+	modes
+	failed atomic.Int64
+}
+
+func (r *resyncs) Resync(err error) {
+	if err != nil {
+		r.failed.Add(1)
+	}
+}
+
+// An instance whose first read of the fleet's statuses fails (one that
+// misses its deadline as a fleet starts together on a loaded machine)
+// does not wait for the safety net's read to know them: the holders'
+// watermarks, read at its heartbeats, say that it missed what they
+// published, and it reads their statuses again (a gap). Until then it
+// knows nothing of the targets whose statuses do not change (they are
+// rewritten, not published): a passive instance answers none of them, an
+// active one probes them all itself. Here an ACL refuses the reads of
+// every status (SCAN), then allows them.
+func TestCoordinatorFirstReadFails(t *testing.T) {
+	srv := redistest.Start(t)
+	admin := newClient(t, srv)
+	_, targets := newBackends(t, 6)
+	a := startInstance(t, newClient(t, srv), targets, func(c *Config) { c.Resync = time.Minute })
+	eventually(t, 10*time.Second, "the holder sees every backend up", allState([]*instance{a}, targets, health.Up))
+
+	ctx := context.Background()
+	if err := admin.Do(ctx, "ACL", "SETUSER", "late", "on", ">pw", "~*", "&*", "+@all", "-scan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	late := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "late", Password: "pw", ContextTimeoutEnabled: true,
+		DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout})
+	t.Cleanup(func() { late.Close() })
+	obs := &resyncs{}
+	p := startPassive(t, late, targets, Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Minute, Logf: t.Logf, Observer: obs})
+	eventually(t, 10*time.Second, "the passive instance's first read of every status fails", func() bool { return obs.failed.Load() > 0 })
+	if allState([]*instance{p}, targets, health.Up)() {
+		t.Fatal("the passive instance knows every status though it could not read them: the test shows nothing")
+	}
+	if err := admin.Do(ctx, "ACL", "SETUSER", "late", "+scan").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The safety net's read comes half a resync (30 s) after the start at
+	// the earliest; a gap is found two cycles and a Redis call (2.1 s
+	// here) after a heartbeat.
+	eventually(t, 5*time.Second, "the passive instance reads every status once allowed", allState([]*instance{p}, targets, health.Up))
 }
