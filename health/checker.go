@@ -63,6 +63,8 @@ type worker struct {
 	tr   tracker
 	// probing: the last tick probed (with Shared, a skipped tick clears it).
 	probing bool
+	// late: timeouts seen late in a row, not judged (see lateAfter).
+	late int
 	// phaseNs: where in every Interval its ticks fall (see Phases), set by
 	// sync whenever the targets change.
 	phaseNs atomic.Int64
@@ -306,11 +308,36 @@ func (c *Checker) check(r *run, w *worker) {
 	keep := false
 	urgent := w.takeUrgent()
 	res := c.probeOnce(w.ctx, w.t.Addr)
+	took := time.Since(start)
 	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
-		if c.cfg.Observe != nil {
-			c.cfg.Observe(c.cfg.Check, res.cause, time.Since(start))
-		}
 		w.trMu.Lock()
+		late := res.cause == CauseTimeout && took > lateAfter(c.cfg.Timeout)
+		if late && w.late < w.tr.fall && w.tr.v.State != Unknown {
+			// Seen late: the answer may have come in time to a
+			// process that did not run. The verdict stands, and is
+			// handed on as it was (a holder's status stays current);
+			// a server that ended the session is still to be judged
+			// at the next probe.
+			w.late++
+			c.recorded(r, w, false, false)
+			w.trMu.Unlock()
+			if urgent {
+				w.mu.Lock()
+				w.urgent = true
+				w.mu.Unlock()
+			}
+			if c.cfg.Observe != nil {
+				c.cfg.Observe(c.cfg.Check, CauseLate, took)
+			}
+			c.next(r, w, start, false)
+			return
+		}
+		if !late {
+			w.late = 0
+		}
+		if c.cfg.Observe != nil {
+			c.cfg.Observe(c.cfg.Check, res.cause, took)
+		}
 		var changed, walMoved bool
 		if urgent && going(res.cause) {
 			changed = w.tr.down(res, start)
@@ -325,6 +352,23 @@ func (c *Checker) check(r *run, w *worker) {
 		keep = res.cause == CauseOK && c.mayKeepSession(w)
 	}
 	c.next(r, w, start, keep)
+}
+
+// lateAfter is how long after its start a probe that timed out may end
+// and still be judged: its Timeout and a quarter more (at least 50 ms). A
+// probe given its Timeout ends within a few milliseconds of it on a
+// machine that runs it; one that ends later ran late, its process
+// starved of CPU (a loaded machine, a fleet started together on too few
+// cores), and the connection or query it waited for may have been
+// answered in time, unseen. Taking such a timeout for the node's would
+// take healthy nodes out of every answer because this instance is slow,
+// and each such change costs the instance a new zone, starving it
+// further. So a late timeout is not judged, up to Fall of them in a row
+// (the next ones count): a node that really stops answering still leaves
+// within twice its Fall probes on a starved machine, and within Fall on
+// one that runs them on time.
+func lateAfter(timeout time.Duration) time.Duration {
+	return timeout + max(timeout/4, 50*time.Millisecond)
 }
 
 // next opens w's session when keep, else closes it, and arms the timer for

@@ -37,7 +37,11 @@ import (
 //
 // FLEET_SCALE_INSTANCES (default 40), FLEET_SCALE_BACKENDS (1000) and
 // FLEET_SCALE_HOLD (how long it watches after the start, default 5m30s:
-// 30 s to settle and 5 minutes held) size it; check tcp, interval 2s,
+// 30 s to settle and 5 minutes held) size it. The backends make clusters
+// of FLEET_SCALE_CLUSTER_NODES (default 3: a primary and two standbys, as
+// PostgreSQL clusters go; each flip builds its cluster's names again, so
+// 1,000 in one cluster costs every instance a 1,000-node build per flip);
+// check tcp, interval 2s,
 // timeout 500ms, rise 1, fall 1. FLEET_SCALE_LOGS names a directory that
 // keeps the instances' logs, each line after the time it was written.
 // FLEET_SCALE_REDIS_NICE runs redis-server at that nice value (-15: ahead
@@ -60,6 +64,7 @@ func BenchmarkFleetScale(b *testing.B) {
 	)
 	n := envInt(b, "FLEET_SCALE_INSTANCES", 40)
 	m := envInt(b, "FLEET_SCALE_BACKENDS", 1000)
+	size := envInt(b, "FLEET_SCALE_CLUSTER_NODES", 3)
 	hold := 5*time.Minute + 30*time.Second
 	if v := os.Getenv("FLEET_SCALE_HOLD"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -93,7 +98,11 @@ func BenchmarkFleetScale(b *testing.B) {
 	for i := range m {
 		host := fmt.Sprintf("127.1.%d.%d", i/250, i%250+1)
 		port := listenCounting(b, host, counts)
-		rows = append(rows, fmt.Sprintf("('local', 'n%d', '%s', %d, 'standby')", i, host, port))
+		role := "standby"
+		if i%size == 0 {
+			role = "primary"
+		}
+		rows = append(rows, fmt.Sprintf("('c%d', 'n%d', '%s', %d, '%s')", i/size, i, host, port, role))
 	}
 	for c := range slices.Chunk(rows, 500) {
 		reg.MustExec(b, "INSERT INTO pgcluster_nodes(cluster, name, address, port, role) VALUES "+strings.Join(c, ", "))
