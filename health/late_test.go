@@ -66,8 +66,11 @@ func TestLateTimeoutNotJudged(t *testing.T) {
 				}
 			}
 		}
-		if got, st := probes(1); !slices.Equal(got, []string{CauseOK}) || st != Up {
-			t.Fatalf("answering: %v, %v; want [ok], Up", got, st)
+		// Two probes: the first comes at once, the second at the
+		// target's phase, then every Interval (the checks below come a
+		// quarter of one after a probe).
+		if got, st := probes(2); !slices.Equal(got, []string{CauseOK, CauseOK}) || st != Up {
+			t.Fatalf("answering: %v, %v; want [ok ok], Up", got, st)
 		}
 		mode.Store(1)
 		if got, st := probes(2); !slices.Equal(got, []string{CauseLate, CauseLate}) || st != Up {
