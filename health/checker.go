@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pgcluster/pgcluster/internal/starve"
 )
 
 // coalesce is how long the publisher waits after a first change for more
@@ -63,7 +65,7 @@ type worker struct {
 	tr   tracker
 	// probing: the last tick probed (with Shared, a skipped tick clears it).
 	probing bool
-	// late: timeouts seen late in a row, not judged (see lateAfter).
+	// late: timeouts seen late in a row, not judged (see LateAfter).
 	late int
 	// phaseNs: where in every Interval its ticks fall (see Phases), set by
 	// sync whenever the targets change.
@@ -307,11 +309,12 @@ func (c *Checker) check(r *run, w *worker) {
 	start := time.Now()
 	keep := false
 	urgent := w.takeUrgent()
+	starve.Look()
 	res := c.probeOnce(w.ctx, w.t.Addr)
 	took := time.Since(start)
 	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
 		w.trMu.Lock()
-		late := res.cause == CauseTimeout && took > lateAfter(c.cfg.Timeout)
+		late := res.cause == CauseTimeout && (took > LateAfter(c.cfg.Timeout) || starve.Since(start))
 		if late && w.late < w.tr.fall && w.tr.v.State != Unknown {
 			// Seen late: the answer may have come in time to a
 			// process that did not run. The verdict stands, and is
@@ -354,20 +357,26 @@ func (c *Checker) check(r *run, w *worker) {
 	c.next(r, w, start, keep)
 }
 
-// lateAfter is how long after its start a probe that timed out may end
-// and still be judged: its Timeout and a quarter more (at least 50 ms). A
-// probe given its Timeout ends within a few milliseconds of it on a
-// machine that runs it; one that ends later ran late, its process
-// starved of CPU (a loaded machine, a fleet started together on too few
-// cores), and the connection or query it waited for may have been
-// answered in time, unseen. Taking such a timeout for the node's would
-// take healthy nodes out of every answer because this instance is slow,
-// and each such change costs the instance a new zone, starving it
-// further. So a late timeout is not judged, up to Fall of them in a row
-// (the next ones count): a node that really stops answering still leaves
-// within twice its Fall probes on a starved machine, and within Fall on
-// one that runs them on time.
-func lateAfter(timeout time.Duration) time.Duration {
+// LateAfter is how long after its start a call given timeout that ran out
+// of time may end and still be taken for the peer's failure to answer in
+// time: the timeout and a quarter more, at least 50 ms. A call given a
+// timeout ends within a few milliseconds of it on a machine that runs it;
+// one that ends later ran late, its process starved of CPU (a loaded
+// machine, a fleet started together on too few cores), and what it waited
+// for may have come in time, unseen.
+//
+// A timeout is seen late too when a goroutine of the process waited to
+// run for starve.Bound or more meanwhile: the timer that ends a probe
+// runs first, while the connection's answer waits its turn, so a starved
+// probe can end on time and still have missed an answer that came.
+//
+// The checks do not judge such a probe's timeout, up to Fall in a row
+// (the next ones count): taking it for the node's would take healthy
+// nodes out of every answer because this instance is slow, and each such
+// change costs the instance a new zone, starving it further. A node that
+// really stops answering still leaves within twice its Fall probes on a
+// starved machine, and within Fall on one that runs them on time.
+func LateAfter(timeout time.Duration) time.Duration {
 	return timeout + max(timeout/4, 50*time.Millisecond)
 }
 

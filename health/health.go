@@ -55,7 +55,7 @@ const (
 	CauseOK                 = "ok"                   // the probe succeeded
 	CauseRefused            = "refused"              // the connection was refused (ECONNREFUSED)
 	CauseTimeout            = "timeout"              // no answer within Timeout
-	CauseLate               = "late"                 // Observe only: a timeout this process saw late (starved of CPU), not judged (see lateAfter)
+	CauseLate               = "late"                 // Observe only: a timeout this process saw late (starved of CPU), not judged (see LateAfter)
 	CauseUnreachable        = "unreachable"          // the connection failed otherwise (no route, host down...)
 	CauseStartingUp         = "starting_up"          // SQLSTATE 57P03 cannot_connect_now (starting up, shutting down, recovery)
 	CauseShuttingDown       = "shutting_down"        // SQLSTATE 57P01 admin_shutdown, 57P02 crash_shutdown

@@ -2,8 +2,13 @@ package lock
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/pgcluster/pgcluster/health"
+	"github.com/pgcluster/pgcluster/internal/starve"
 )
 
 // MaxCallTimeout bounds the deadline of a Leases call however slow Redis
@@ -36,6 +41,20 @@ type latency struct {
 	mu   sync.Mutex
 	est  time.Duration
 	most time.Duration // the longest deadline; 0 is MaxCallTimeout
+	// lateAt: when the last call that ran out of time late ended (Unix
+	// ns; see lateSince).
+	lateAt atomic.Int64
+}
+
+// lateSince reports whether a call that ran out of time late ended at or
+// after t, or a goroutine of this process waited starve.Bound or more to
+// run since: one that ended well after its deadline (health.LateAfter)
+// ran in a process starved of CPU, and in such a process an answer that
+// came in time waits its turn behind the timer that ends the call. Redis
+// may have answered in time, unseen. While such calls end, a call's deadline says more of this
+// process than of Redis.
+func (l *latency) lateSince(t time.Time) bool {
+	return l.lateAt.Load() >= t.UnixNano() || starve.Since(t)
 }
 
 // timeout is the deadline of the next call.
@@ -64,9 +83,15 @@ func (l *latency) observe(d time.Duration) {
 // done, deferred by the caller, counts its duration.
 func (l *Leases) call(ctx context.Context) (context.Context, func()) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, l.lat.timeout())
-	return ctx, func() {
+	starve.Look()
+	limit := l.lat.timeout()
+	cctx, cancel := context.WithTimeout(ctx, limit)
+	return cctx, func() {
+		took := time.Since(start)
+		if took > health.LateAfter(limit) && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			l.lat.lateAt.Store(time.Now().UnixNano())
+		}
 		cancel()
-		l.lat.observe(time.Since(start))
+		l.lat.observe(took)
 	}
 }

@@ -68,6 +68,20 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		}
 		return
 	}
+	if deadline(err) && c.leases.lat.lateSince(start) && !c.answeredAt.IsZero() && time.Since(c.answeredAt) < c.b.ttl {
+		// This process ran a call late since this one began, starved of
+		// CPU: Redis may have answered this one in time, unseen. Taking
+		// that for an outage would make this instance probe every
+		// target, loading the machine that starves it further (40
+		// instances started together on 2 cores went local over and
+		// over, and never settled). Its leases and the statuses it reads
+		// stay bounded by their own times meanwhile. After a lease with
+		// no answer at all, deadlines count whatever ran late.
+		if !c.cfg.QuietModes {
+			c.rlog.Logf("redis late", "a Redis call ran out of time while this process ran late (starved of CPU) (%v): not counted as Redis failing, still coordinating", err)
+		}
+		return
+	}
 	if c.returnOwners != nil && !start.Before(c.answeredAt) {
 		// Redis fails again (a call sent since it last answered) while
 		// the others' targets are left to them after a return: their
