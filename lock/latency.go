@@ -14,7 +14,7 @@ import (
 // MaxCallTimeout bounds the deadline of a Leases call however slow Redis
 // has been: an instance must still notice, within a few seconds, a Redis
 // that does not answer at all. A Coordinator's calls are bounded further,
-// by half its outage window (see bounds.callTimeout).
+// by its outage window (see bounds.callTimeout).
 const MaxCallTimeout = 2 * time.Second
 
 // Bounds of the adaptive deadline (see latency).

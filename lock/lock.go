@@ -62,7 +62,7 @@
 //
 // Redis calls of a Coordinator's Leases have a deadline that adapts to the
 // latency seen (latency: four times a decaying maximum of the calls'
-// durations, within CallTimeout and half the outage window, at most
+// durations, within CallTimeout and the outage window, at most
 // MaxCallTimeout), and a failed or slow call is not an outage: a
 // Coordinator goes local only when its calls keep failing for two
 // heartbeat cycles from the first failure of a streak, a call sent after

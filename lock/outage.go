@@ -16,13 +16,18 @@ import (
 func (b bounds) outageAfter() time.Duration { return 2 * b.cycle }
 
 // callTimeout is the longest deadline of a Coordinator's Redis call (see
-// latency): half the outage window, within [CallTimeout, MaxCallTimeout].
-// A call given the whole window would, by failing once, span it alone; so
-// a frozen Redis is judged by calls one after the other, each failing
-// within half the window, and still noticed within four cycles and a
-// call's deadline.
+// latency): the outage window, within [CallTimeout, MaxCallTimeout]. A
+// Redis that answers slowly (starved of CPU, say 40 instances started
+// together on 2 cores) is given that long: with half the window, calls
+// that Redis answered in 1 to 2 s failed, every instance went local, and
+// their probes kept the machine saturated; with the whole window the same
+// fleet settled within 30 to 40 s. A frozen Redis is still noticed
+// within four cycles and a call's deadline: the first failed call ends
+// within a deadline (two cycles at most), and the next, sent within a
+// cycle, within another. The deadline grows only after slow calls (see
+// latency): a Redis that answered quickly is judged by 500 ms ones.
 func (b bounds) callTimeout() time.Duration {
-	return min(max(b.outageAfter()/2, CallTimeout), MaxCallTimeout)
+	return min(max(b.outageAfter(), CallTimeout), MaxCallTimeout)
 }
 
 // lost handles a Redis call of tend, begun at start, that failed.
@@ -46,9 +51,8 @@ func (c *Coordinator) answered() {
 // call, however slow, is never an outage: a call sent before Redis last
 // answered another says only that it was slow; the failure streak begins
 // when the first call sent since failed, and local mode once a call sent
-// after that failure has failed too, outageAfter or more after it (with
-// every call's deadline at most half of that, see callTimeout, Redis has
-// then answered nothing for at least outageAfter and a deadline). So it
+// after that failure has failed too, outageAfter or more after it (Redis
+// has then answered nothing for at least outageAfter and a deadline). So it
 // goes for an instance joining the fleet (see join) as for one
 // coordinating. Until then this instance keeps its leases and probes what
 // it holds, and the others' statuses keep covering the rest (a joining

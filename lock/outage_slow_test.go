@@ -12,16 +12,13 @@ import (
 // seen gives it: three coordinators × 60 targets, interval 2 s (local mode
 // after failures over two cycles: 2 s). Redis has answered slowly (calls
 // of 0.6 s, which raise every instance's next deadline to four times
-// that, within its bound), then stalls for 2.4 s (CLIENT PAUSE). A call's deadline is at most
-// half the window (1 s), the window counts from the first failure of a
-// streak, and Redis answers again 1.4 s after that (when Redis answered
-// nothing for longer than the window and a deadline, it would go local): no instance goes
-// local, and the fleet keeps one probe per target per interval. When a
-// deadline could reach MaxCallTimeout (2 s, the window itself), the calls
-// sent as the stall began each failed 2 s after they were sent, and every
-// instance went local on that one failure and probed every target.
-// Redis frozen for good (SIGSTOP) still puts every instance in local mode
-// within four cycles and a call's longest deadline.
+// that, within its bound: the window, 2 s), then stalls for 2.4 s (CLIENT
+// PAUSE). The calls sent as the stall began fail 2 s later; the window
+// counts from that first failure, and needs a call sent after it to fail
+// too, while Redis answers again 0.4 s after it: no instance goes local,
+// and the fleet keeps one probe per target per interval. Redis frozen for
+// good (SIGSTOP) still puts every instance in local mode within four
+// cycles and a call's longest deadline.
 func TestCoordinatorSlowCallNoOutage(t *testing.T) {
 	const n, interval = 60, 2 * time.Second
 	const cycle = interval / 2
