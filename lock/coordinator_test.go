@@ -152,10 +152,17 @@ func (in *instance) state(key string) health.State {
 	return in.view[key].State
 }
 
-func newClient(t *testing.T, s *redistest.Server) *redis.Client {
+// newClient returns a client of s with the deadlines a fleet member's has,
+// each of opts applied to its options (a user and password, say), closed
+// when the test ends.
+func newClient(t *testing.T, s *redistest.Server, opts ...func(*redis.Options)) *redis.Client {
 	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true,
-		DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout})
+	o := &redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout}
+	for _, f := range opts {
+		f(o)
+	}
+	c := redis.NewClient(o)
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -182,9 +182,7 @@ func TestCoordinatorFirstReadFails(t *testing.T) {
 	if err := admin.Do(ctx, "ACL", "SETUSER", "late", "on", ">pw", "~*", "&*", "+@all", "-scan").Err(); err != nil {
 		t.Fatal(err)
 	}
-	late := redis.NewClient(&redis.Options{Addr: srv.Addr(), Username: "late", Password: "pw", ContextTimeoutEnabled: true,
-		DialTimeout: CallTimeout, ReadTimeout: CallTimeout, WriteTimeout: CallTimeout})
-	t.Cleanup(func() { late.Close() })
+	late := newClient(t, srv, func(o *redis.Options) { o.Username, o.Password = "late", "pw" })
 	obs := &resyncs{}
 	p := startPassive(t, late, targets, Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Minute, Logf: t.Logf, Observer: obs})
 	eventually(t, 10*time.Second, "the passive instance's first read of every status fails", func() bool { return obs.failed.Load() > 0 })
