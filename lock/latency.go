@@ -51,8 +51,8 @@ type latency struct {
 // run since: one that ended well after its deadline (health.LateAfter)
 // ran in a process starved of CPU, and in such a process an answer that
 // came in time waits its turn behind the timer that ends the call. Redis
-// may have answered in time, unseen. While such calls end, a call's deadline says more of this
-// process than of Redis.
+// may have answered in time, unseen. While such calls end, a call's
+// deadline says more of this process than of Redis.
 func (l *latency) lateSince(t time.Time) bool {
 	return l.lateAt.Load() >= t.UnixNano() || starve.Since(t)
 }

@@ -72,7 +72,7 @@ func (c *Coordinator) failed(start time.Time, err error) {
 		}
 		return
 	}
-	if deadline(err) && c.leases.lat.lateSince(start) && !c.answeredAt.IsZero() && time.Since(c.answeredAt) < c.b.ttl {
+	if deadline(err) && !c.answeredAt.IsZero() && time.Since(c.answeredAt) < c.b.ttl && c.leases.lat.lateSince(start) {
 		// This process ran a call late since this one began, starved of
 		// CPU: Redis may have answered this one in time, unseen. Taking
 		// that for an outage would make this instance probe every
