@@ -193,24 +193,32 @@ func parseClusterURL(path, raw string) (*redis.ClusterOptions, error) {
 }
 
 // setDefaults turns on context deadlines (lock/ refuses a client without
-// them) and bounds each dial by redisTimeout, each read and write by
-// redisIOTimeout, unless the URL set its own. A URL may not turn a timeout
-// off.
+// them), skips CLIENT SETINFO on connect, and bounds each dial by
+// redisTimeout, each read and write by redisIOTimeout, unless the URL set
+// its own. A URL may not turn a timeout off.
 func (rc redisConfig) setDefaults() error {
-	var ctxTimeout *bool
+	var ctxTimeout, noIdentity *bool
 	var timeouts [3]*time.Duration
 	switch {
 	case rc.single != nil:
 		o := rc.single
-		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
 	case rc.failover != nil:
 		o := rc.failover
-		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
 	case rc.cluster != nil:
 		o := rc.cluster
-		ctxTimeout, timeouts = &o.ContextTimeoutEnabled, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
 	}
 	*ctxTimeout = true
+	// A new connection's first call waits for the handshake's round trips
+	// (HELLO, then CLIENT SETINFO naming the library) under the call's own
+	// deadline. On a machine whose Redis answers slowly (a fleet started
+	// together on a few cores) each round trip counts: a call that runs
+	// out of time closes its connection, the next call dials again, and
+	// the handshake is paid again. The library's name in CLIENT LIST is
+	// not worth a round trip on every connection.
+	*noIdentity = true
 	for i, name := range []string{"dial_timeout", "read_timeout", "write_timeout"} {
 		switch d := timeouts[i]; {
 		case *d == 0 && i == 0:

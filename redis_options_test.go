@@ -242,13 +242,15 @@ func TestParseRedisURL(t *testing.T) {
 }
 
 // TestNewRedisClient builds each kind of client without connecting: the
-// type follows the scheme, context deadlines are always honoured, and each
-// dial, read and write is bounded by 500ms unless the URL says otherwise.
+// type follows the scheme, context deadlines are always honoured, no
+// connection spends a round trip on CLIENT SETINFO, and each dial, read
+// and write is bounded by 500ms unless the URL says otherwise.
 func TestNewRedisClient(t *testing.T) {
 	type opts struct {
 		ctx                 bool
 		dial, read, write   time.Duration
 		failover, isCluster bool
+		identity            bool // CLIENT SETINFO on connect
 	}
 	for _, tc := range []struct {
 		url  string
@@ -270,12 +272,12 @@ func TestNewRedisClient(t *testing.T) {
 		switch c := rdb.(type) {
 		case *redis.ClusterClient:
 			o := c.Options()
-			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, false, true}
+			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, false, true, !o.DisableIdentity}
 		case *redis.Client:
 			o := c.Options()
 			// NewFailoverClient's Options name no server: the sentinels
 			// find the master.
-			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.Addr == "FailoverClient", false}
+			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.Addr == "FailoverClient", false, !o.DisableIdentity}
 		default:
 			t.Errorf("%s: a %T", tc.url, rdb)
 		}
