@@ -47,7 +47,16 @@ type handover struct {
 	mu      sync.Mutex               // serialises publish; guards what follows
 	carried map[string]handedVerdict // the predecessor's, until replaced or expired
 	last    health.View              // this instance's own, as last set
-	shown   map[string]handedVerdict // what was published last: for a successor
+	// What was published last, for a successor (see handed): the View,
+	// the addresses of the nodes checked then, and the carried verdicts
+	// it held with theirs. Kept as they are and made into handed
+	// verdicts only when a successor asks: a View comes with every
+	// change the fleet publishes, and copying each one (a thousand
+	// nodes, a fleet started together) was CPU taken from the machine
+	// that runs the fleet's Redis.
+	shownView    health.View
+	shownTargets map[string]netip.AddrPort
+	shownCarried map[string]handedVerdict
 
 	tmu     sync.Mutex // guards targets; never held while publishing
 	targets map[string]netip.AddrPort
@@ -89,7 +98,7 @@ func (h *handover) start(ctx context.Context, publish func(health.View), carry t
 	handovers.Unlock()
 	if prev != nil {
 		prev.mu.Lock()
-		h.carried = maps.Clone(prev.shown)
+		h.carried = prev.handed()
 		prev.mu.Unlock()
 	}
 	context.AfterFunc(ctx, func() {
@@ -159,37 +168,53 @@ func (h *handover) refresh(drop bool) {
 // nodes it lacks, and keeps what it published. A carried verdict goes once
 // v judges its node. h.mu is held.
 func (h *handover) publishLocked(v health.View) {
-	out := maps.Clone(v)
+	h.tmu.Lock()
+	targets := h.targets // replaced whole by setTargets, never changed
+	h.tmu.Unlock()
+	out := v // Views are not changed once made: published as they are
+	var shown map[string]handedVerdict
+	if h.carried != nil {
+		out = maps.Clone(v)
+		for k, c := range h.carried {
+			if _, judged := v[k]; judged {
+				delete(h.carried, k)
+				continue
+			}
+			if a, ok := targets[k]; ok && a != c.addr {
+				continue // the node moved: the verdict was not about this address
+			}
+			if out == nil {
+				out = health.View{}
+			}
+			out[k] = c.v
+			if shown == nil {
+				shown = map[string]handedVerdict{}
+			}
+			shown[k] = c
+		}
+		if len(h.carried) == 0 {
+			h.carried = nil
+			h.carrying.Store(false)
+		}
+	}
 	if out == nil {
 		out = health.View{}
 	}
-	h.tmu.Lock()
-	targets := h.targets
-	h.tmu.Unlock()
-	for k, c := range h.carried {
-		if _, judged := v[k]; judged {
-			delete(h.carried, k)
-			continue
-		}
-		if a, ok := targets[k]; ok && a != c.addr {
-			continue // the node moved: the verdict was not about this address
-		}
-		out[k] = c.v
-	}
-	if len(h.carried) == 0 {
-		h.carried = nil
-		h.carrying.Store(false)
-	}
-	shown := make(map[string]handedVerdict, len(out))
-	for k, verdict := range out {
-		addr, ok := targets[k]
-		if !ok {
-			if c, carried := h.carried[k]; carried {
-				addr = c.addr
-			}
-		}
-		shown[k] = handedVerdict{addr: addr, v: verdict}
-	}
-	h.shown = shown
+	h.shownView, h.shownTargets, h.shownCarried = out, targets, shown
 	h.publish(out)
+}
+
+// handed is what this instance published last, each verdict with the
+// address it was made for (a carried one's own address when the node was
+// not checked here). h.mu is held.
+func (h *handover) handed() map[string]handedVerdict {
+	out := make(map[string]handedVerdict, len(h.shownView))
+	for k, verdict := range h.shownView {
+		addr, ok := h.shownTargets[k]
+		if !ok {
+			addr = h.shownCarried[k].addr
+		}
+		out[k] = handedVerdict{addr: addr, v: verdict}
+	}
+	return out
 }
