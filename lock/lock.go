@@ -93,9 +93,10 @@ import (
 )
 
 // CallTimeout bounds every Redis call this package makes, so that a Redis
-// that is gone or frozen costs the caller at most this long per call; a
-// Leases call, its least deadline: it adapts to the latency seen, up to
-// MaxCallTimeout (see latency).
+// that is gone or frozen costs the caller at most this long per call; the
+// calls an instance makes again and again (those of Leases, Subscriber
+// and RegistryCopy), their least deadline: it adapts to the latency seen,
+// up to MaxCallTimeout (see latency).
 const CallTimeout = 500 * time.Millisecond
 
 // tokenBytes is the length of an instance's random token, in bytes.

@@ -408,7 +408,7 @@ func (c *RegistryCopy) Write(ctx context.Context, prev *CopyState, w CopyWrite, 
 	}
 	args := append([]any{c.Token(), ttl.Milliseconds(), mode, prev.Version, w.Version, st.written, entry,
 		copyChannel(c.prefix), len(set) / 2}, append(set, del...)...)
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	ctx, cancel := c.leases.call(ctx)
 	defer cancel()
 	res, err := writeCopyScript.Run(ctx, c.rdb, []string{leaseKey(c.prefix, registryLease), copyKey(c.prefix), copyLogKey(c.prefix)}, args...).Int64Slice()
 	if err != nil {
@@ -501,7 +501,7 @@ func (c *RegistryCopy) Poll(ctx context.Context, take bool, ttl time.Duration) (
 	if take {
 		t = "1"
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	ctx, cancel := c.leases.call(ctx)
 	defer cancel()
 	res, err := pollScript.Run(ctx, c.rdb, []string{leaseKey(c.prefix, registryLease), copyKey(c.prefix)}, c.Token(), ttl.Milliseconds(), t).Slice()
 	if err != nil {
@@ -615,7 +615,7 @@ func (c *RegistryCopy) Renew(ctx context.Context, st *CopyState, alive time.Time
 		h.Alive = a
 		head = c.encodeHead(h)
 	}
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	ctx, cancel := c.leases.call(ctx)
 	defer cancel()
 	res, err := renewCopyScript.Run(ctx, c.rdb, []string{leaseKey(c.prefix, registryLease), copyKey(c.prefix)},
 		c.Token(), ttl.Milliseconds(), st.Version, head, st.written).Int64Slice()

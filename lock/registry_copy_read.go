@@ -144,7 +144,7 @@ func (c *RegistryCopy) Read(ctx context.Context, st *CopyState) (CopyRead, error
 	if st.Empty() {
 		return c.readAll(ctx, st)
 	}
-	cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	cctx, cancel := c.leases.call(ctx)
 	res, err := readSinceScript.Run(cctx, c.rdb, []string{copyKey(c.prefix), copyLogKey(c.prefix)}, st.Version).Slice()
 	cancel()
 	if err != nil {
@@ -243,7 +243,7 @@ func fieldsInBounds(fields map[string][]byte) error {
 
 // readAll reads the whole copy in one script and checks it.
 func (c *RegistryCopy) readAll(ctx context.Context, st *CopyState) (CopyRead, error) {
-	ctx, cancel := context.WithTimeout(ctx, CallTimeout)
+	ctx, cancel := c.leases.call(ctx)
 	defer cancel()
 	res, err := readAllScript.Run(ctx, c.rdb, []string{copyKey(c.prefix)}).Slice()
 	if err != nil {
@@ -379,7 +379,7 @@ func (c *RegistryCopy) watchOnce(ctx context.Context, echo string, check <-chan 
 			if pending {
 				return nil
 			}
-			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+			cctx, cancel := c.leases.call(ctx)
 			pending = c.rdb.Publish(cctx, echo, "echo").Err() == nil
 			cancel()
 		case m, ok := <-msgs:

@@ -25,6 +25,7 @@ const scanCount = 256
 type Subscriber struct {
 	rdb    redis.UniversalClient
 	prefix string
+	lat    latency       // the deadlines of its calls
 	resync time.Duration // 0: no resync on a timer (a Coordinator reads again by its own rules)
 	// OnError, when set, is told of each failed resync and deaf
 	// subscription; the subscriber carries on regardless.
@@ -210,7 +211,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 				continue
 			}
 			heard = false
-			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+			cctx, cancel := s.lat.call(ctx)
 			markedAt = time.Now()
 			n, err := s.rdb.Publish(cctx, echo, "echo").Result()
 			cancel()
@@ -371,7 +372,7 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 }
 
 // ReadAll reads every status stored under the prefix, each Redis call
-// bounded by CallTimeout; on Redis Cluster it scans every master. On error
+// bounded by the subscriber's deadline (see latency); on Redis Cluster it scans every master. On error
 // it returns what it read before it. A status key that cannot be read (a
 // status over MaxStatusBytes, which is not read; a key that is not a hash;
 // a version that is not a number) is returned with its Err, and does not
@@ -390,16 +391,16 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 }
 
 // scan reads every status stored under the prefix a SCAN step at a time,
-// each step bounded by CallTimeout and handed to page as it is read (from
-// a goroutine per master on Redis Cluster, concurrently), with pause
-// between steps: a read paced so that it does not take Redis from the
-// fleet's other calls. On error it returns after the pages read before
-// it.
+// each step bounded by the subscriber's deadline and handed to page as it
+// is read (from a goroutine per master on Redis Cluster, concurrently),
+// with pause between steps: a read paced so that it does not take Redis
+// from the fleet's other calls. On error it returns after the pages read
+// before it.
 func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]Stored)) error {
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
-			cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+			cctx, cancel := s.lat.call(ctx)
 			names, next, err := c.Scan(cctx, cursor, statusPattern(s.prefix), scanCount).Result()
 			if err == nil {
 				var got []Stored
@@ -434,7 +435,8 @@ func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]
 }
 
 // readKeys reads the stored statuses of keys, scanCount at a time, each
-// step bounded by CallTimeout and handed to page as it is read. On error
+// step bounded by the subscriber's deadline and handed to page as it is
+// read. On error
 // it returns after the pages read before it.
 func (s *Subscriber) readKeys(ctx context.Context, keys []string, page func([]Stored)) error {
 	for chunk := range slices.Chunk(keys, scanCount) {
@@ -442,7 +444,7 @@ func (s *Subscriber) readKeys(ctx context.Context, keys []string, page func([]St
 		for i, k := range chunk {
 			names[i] = statusKey(s.prefix, k)
 		}
-		cctx, cancel := context.WithTimeout(ctx, CallTimeout)
+		cctx, cancel := s.lat.call(ctx)
 		got, err := readStatuses(cctx, s.rdb, s.prefix, names)
 		cancel()
 		page(got)
