@@ -29,6 +29,16 @@ const (
 	redisIOTimeout = lock.MaxCallTimeout
 )
 
+// redisPoolSize and redisPipelinePoolSize bound an instance's connections
+// to Redis (to each master of a Redis Cluster), besides one for each
+// subscription, unless the URL sets pool_size or pipeline_pool_size: a
+// fleet's instances times these stay within Redis's listen backlog and
+// maxclients (see setDefaults).
+const (
+	redisPoolSize         = 8
+	redisPipelinePoolSize = 2
+)
+
 // redisForms is what a redis URL may look like, for error messages.
 const redisForms = "write redis://[user:password@]host[:port][/db] (rediss:// for TLS), " +
 	"redis-sentinel://host:port?master_name=NAME[&addr=host:port] or redis-cluster://host:port[?addr=host:port]"
@@ -193,24 +203,42 @@ func parseClusterURL(path, raw string) (*redis.ClusterOptions, error) {
 }
 
 // setDefaults turns on context deadlines (lock/ refuses a client without
-// them), skips CLIENT SETINFO on connect, and bounds each dial by
+// them), skips CLIENT SETINFO on connect, bounds the connections (see
+// redisPoolSize) unless the URL sets their number, and bounds each dial by
 // redisTimeout, each read and write by redisIOTimeout, unless the URL set
 // its own. A URL may not turn a timeout off.
 func (rc redisConfig) setDefaults() error {
 	var ctxTimeout, noIdentity *bool
 	var timeouts [3]*time.Duration
+	var pools [2]*int
 	switch {
 	case rc.single != nil:
 		o := rc.single
 		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		pools = [2]*int{&o.PoolSize, &o.PipelinePoolSize}
 	case rc.failover != nil:
 		o := rc.failover
 		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		pools = [2]*int{&o.PoolSize, &o.PipelinePoolSize}
 	case rc.cluster != nil:
 		o := rc.cluster
 		ctxTimeout, noIdentity, timeouts = &o.ContextTimeoutEnabled, &o.DisableIdentity, [3]*time.Duration{&o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout}
+		pools = [2]*int{&o.PoolSize, &o.PipelinePoolSize}
 	}
 	*ctxTimeout = true
+	// Connections per client: go-redis's default is 10 a CPU, plus 10
+	// for pipelines. 40 instances started together on 2 cores could each
+	// open 30 a client at once; while Redis waited for CPU their dials
+	// overflowed its listen backlog (tcp-backlog, 511) and timed out
+	// (dial tcp: i/o timeout), the cause named by most of the instances
+	// that went local then. And 300 instances on 16 cores would be
+	// allowed 50,000 and more, against Redis's maxclients (10,000). An
+	// instance's calls are short and few at a time.
+	for i, d := range []int{redisPoolSize, redisPipelinePoolSize} {
+		if *pools[i] == 0 {
+			*pools[i] = d
+		}
+	}
 	// A new connection's first call waits for the handshake's round trips
 	// (HELLO, then CLIENT SETINFO naming the library) under the call's own
 	// deadline. On a machine whose Redis answers slowly (a fleet started

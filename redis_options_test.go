@@ -243,25 +243,27 @@ func TestParseRedisURL(t *testing.T) {
 
 // TestNewRedisClient builds each kind of client without connecting: the
 // type follows the scheme, context deadlines are always honoured, no
-// connection spends a round trip on CLIENT SETINFO, and each dial, read
-// and write is bounded by 500ms unless the URL says otherwise.
+// connection spends a round trip on CLIENT SETINFO, the connections are
+// few unless the URL says otherwise, and each dial, read and write is
+// bounded by 500ms unless the URL says otherwise.
 func TestNewRedisClient(t *testing.T) {
 	type opts struct {
 		ctx                 bool
 		dial, read, write   time.Duration
 		failover, isCluster bool
 		identity            bool // CLIENT SETINFO on connect
+		pool, pipelines     int
 	}
 	for _, tc := range []struct {
 		url  string
 		want opts
 	}{
-		{"redis://192.0.2.1:6379", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout}},
-		{"rediss://u:pw@192.0.2.1:6380/1?read_timeout=2s", opts{ctx: true, dial: redisTimeout, read: 2 * time.Second, write: redisIOTimeout}},
-		{"redis-sentinel://192.0.2.1:26379?master_name=m&addr=192.0.2.2:26379&dial_timeout=1s", opts{ctx: true, dial: time.Second, read: redisIOTimeout, write: redisIOTimeout, failover: true}},
-		{"rediss-sentinel://192.0.2.1:26379?master_name=m&context_timeout_enabled=false", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, failover: true}},
-		{"redis-cluster://192.0.2.1:7000?addr=192.0.2.2:7000&write_timeout=100ms", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: 100 * time.Millisecond, isCluster: true}},
-		{"rediss-cluster://192.0.2.1:7000", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, isCluster: true}},
+		{"redis://192.0.2.1:6379", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, pool: redisPoolSize, pipelines: redisPipelinePoolSize}},
+		{"rediss://u:pw@192.0.2.1:6380/1?read_timeout=2s&pool_size=30", opts{ctx: true, dial: redisTimeout, read: 2 * time.Second, write: redisIOTimeout, pool: 30, pipelines: redisPipelinePoolSize}},
+		{"redis-sentinel://192.0.2.1:26379?master_name=m&addr=192.0.2.2:26379&dial_timeout=1s", opts{ctx: true, dial: time.Second, read: redisIOTimeout, write: redisIOTimeout, failover: true, pool: redisPoolSize, pipelines: redisPipelinePoolSize}},
+		{"rediss-sentinel://192.0.2.1:26379?master_name=m&context_timeout_enabled=false&pipeline_pool_size=5", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, failover: true, pool: redisPoolSize, pipelines: 5}},
+		{"redis-cluster://192.0.2.1:7000?addr=192.0.2.2:7000&write_timeout=100ms", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: 100 * time.Millisecond, isCluster: true, pool: redisPoolSize, pipelines: redisPipelinePoolSize}},
+		{"rediss-cluster://192.0.2.1:7000", opts{ctx: true, dial: redisTimeout, read: redisIOTimeout, write: redisIOTimeout, isCluster: true, pool: redisPoolSize, pipelines: redisPipelinePoolSize}},
 	} {
 		rdb, err := newRedisClient(tc.url)
 		if err != nil {
@@ -272,12 +274,12 @@ func TestNewRedisClient(t *testing.T) {
 		switch c := rdb.(type) {
 		case *redis.ClusterClient:
 			o := c.Options()
-			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, false, true, !o.DisableIdentity}
+			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, false, true, !o.DisableIdentity, o.PoolSize, o.PipelinePoolSize}
 		case *redis.Client:
 			o := c.Options()
 			// NewFailoverClient's Options name no server: the sentinels
 			// find the master.
-			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.Addr == "FailoverClient", false, !o.DisableIdentity}
+			got = opts{o.ContextTimeoutEnabled, o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.Addr == "FailoverClient", false, !o.DisableIdentity, o.PoolSize, o.PipelinePoolSize}
 		default:
 			t.Errorf("%s: a %T", tc.url, rdb)
 		}
