@@ -75,3 +75,32 @@ func TestSlowRedisGivenTime(t *testing.T) {
 		}
 	}
 }
+
+// The deadline of a call follows the latency seen: the longest before any
+// call has ended (a fleet started together finds Redis at its slowest
+// then), the least after quick answers, four times a slow one within the
+// bound, and the bound after a call that ran out of it.
+func TestLatencyDeadline(t *testing.T) {
+	var l latency
+	l.most = 1500 * time.Millisecond
+	for _, step := range []struct {
+		took time.Duration // 0: none, the deadline before any call
+		want time.Duration
+	}{
+		{0, 1500 * time.Millisecond},
+		{time.Millisecond, CallTimeout},
+		{300 * time.Millisecond, 1200 * time.Millisecond},
+		{1500 * time.Millisecond, 1500 * time.Millisecond},
+	} {
+		if step.took > 0 {
+			l.observe(step.took)
+		}
+		if got := l.timeout(); got != step.want {
+			t.Fatalf("after a call of %v: deadline %v, want %v", step.took, got, step.want)
+		}
+	}
+	var unbounded latency
+	if got := unbounded.timeout(); got != MaxCallTimeout {
+		t.Fatalf("before any call, with no bound set: %v, want %v", got, MaxCallTimeout)
+	}
+}
