@@ -171,10 +171,13 @@ func (h *handover) publishLocked(v health.View) {
 	h.tmu.Lock()
 	targets := h.targets // replaced whole by setTargets, never changed
 	h.tmu.Unlock()
+	if v == nil {
+		v = health.View{}
+	}
 	out := v // Views are not changed once made: published as they are
 	var shown map[string]handedVerdict
 	if h.carried != nil {
-		out = maps.Clone(v)
+		out, shown = maps.Clone(v), make(map[string]handedVerdict, len(h.carried))
 		for k, c := range h.carried {
 			if _, judged := v[k]; judged {
 				delete(h.carried, k)
@@ -183,22 +186,13 @@ func (h *handover) publishLocked(v health.View) {
 			if a, ok := targets[k]; ok && a != c.addr {
 				continue // the node moved: the verdict was not about this address
 			}
-			if out == nil {
-				out = health.View{}
-			}
 			out[k] = c.v
-			if shown == nil {
-				shown = map[string]handedVerdict{}
-			}
 			shown[k] = c
 		}
 		if len(h.carried) == 0 {
 			h.carried = nil
 			h.carrying.Store(false)
 		}
-	}
-	if out == nil {
-		out = health.View{}
 	}
 	h.shownView, h.shownTargets, h.shownCarried = out, targets, shown
 	h.publish(out)

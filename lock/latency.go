@@ -67,7 +67,7 @@ func (l *latency) lateSince(t time.Time) bool {
 func (l *latency) timeout() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	most := max(MaxCallTimeout, CallTimeout)
+	most := MaxCallTimeout
 	if l.most > 0 {
 		most = max(l.most, CallTimeout)
 	}

@@ -372,11 +372,11 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 }
 
 // ReadAll reads every status stored under the prefix, each Redis call
-// bounded by the subscriber's deadline (see latency); on Redis Cluster it scans every master. On error
-// it returns what it read before it. A status key that cannot be read (a
-// status over MaxStatusBytes, which is not read; a key that is not a hash;
-// a version that is not a number) is returned with its Err, and does not
-// stop the read.
+// bounded by the subscriber's deadline (see latency); on Redis Cluster it
+// scans every master. On error it returns what it read before it. A status
+// key that cannot be read (a status over MaxStatusBytes, which is not
+// read; a key that is not a hash; a version that is not a number) is
+// returned with its Err, and does not stop the read.
 func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 	var (
 		mu  sync.Mutex // ForEachMaster reads the masters concurrently
@@ -436,8 +436,7 @@ func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]
 
 // readKeys reads the stored statuses of keys, scanCount at a time, each
 // step bounded by the subscriber's deadline and handed to page as it is
-// read. On error
-// it returns after the pages read before it.
+// read. On error it returns after the pages read before it.
 func (s *Subscriber) readKeys(ctx context.Context, keys []string, page func([]Stored)) error {
 	for chunk := range slices.Chunk(keys, scanCount) {
 		names := make([]string, len(chunk))
