@@ -319,14 +319,16 @@ func (c *Checker) check(r *run, w *worker) {
 			// Seen late: the answer may have come in time to a
 			// process that did not run. The verdict stands, and is
 			// handed on as it was (a holder's status stays current);
-			// a server that ended the session is still to be judged
-			// at the next probe.
+			// a server that ended the session, or a session poll
+			// that went unanswered, is still to be judged, by a probe
+			// at once as it was to be (not an Interval on: at most
+			// fall such probes in a row go unjudged).
 			w.late++
 			c.recorded(r, w, false, false)
 			w.trMu.Unlock()
 			if urgent {
 				w.mu.Lock()
-				w.urgent = true
+				w.urgent, w.again = true, true
 				w.mu.Unlock()
 			}
 			if c.cfg.Observe != nil {
