@@ -61,7 +61,12 @@ const (
 //   - flip spread: 10 backends stop, then start again, a few times; per
 //     backend, from the flip to the first instance's View showing it,
 //     and from the first instance's View to the last one's (p50, p99,
-//     max).
+//     max); and what those figures passed through meanwhile: how long
+//     this process's goroutines waited to run, the instances' Redis
+//     calls as they saw them, and the commands that ran slowly inside
+//     Redis (its slow log). Every instance here shares one scheduler and
+//     one garbage collector, so a spread far above Redis's own times,
+//     with waits like it, is this process's rather than the fleet's.
 //
 // b.N is ignored: one run is one measurement of minutes, so it runs only
 // with -benchtime 1x (make bench's line), not under make bench's
@@ -354,6 +359,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	missed := 0
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(m)))
 	flipWait := time.Duration(scaleFall+scaleRise)*scaleInterval + 10*time.Second
+	slowErr := slowRedis(context.Background(), fl.admin)
 	for range flips {
 		keys := make([]int32, 0, scaleFlipKeys)
 		for _, k := range rng.Perm(m)[:min(scaleFlipKeys, m)] {
@@ -377,6 +383,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 			flips, scaleFlipKeys, ms3(quantile(spread, 0.5)), ms3(quantile(spread, 0.9)), ms3(quantile(spread, 0.99)), ms3(spread[len(spread)-1]),
 			ms3(quantile(first, 0.5)), ms3(first[len(first)-1]), ms3(quantile(all, 0.5)), ms3(quantile(all, 0.99)), ms3(all[len(all)-1]))
 		b.ReportMetric(float64(quantile(spread, 0.99))/float64(time.Millisecond), "flip-spread-p99-ms")
+		fl.flipCauses(say, slowErr)
 	}
 	if missed > 0 {
 		say("  flip: %d (backend, instance) pairs did not show the flip within %v", missed, flipWait)
@@ -390,6 +397,45 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	b.ReportMetric(ppi, "probes/backend/interval")
 	b.ReportMetric(procCores/float64(n), "cores/instance")
 	b.ReportMetric(mb(int64(ms.HeapAlloc))/float64(n), "MB/instance")
+}
+
+// flipCauses says what the flips' figures passed through while they were
+// measured: how long this process's goroutines waited to run, how long
+// the instances' Redis calls took as they saw them, and how many commands
+// ran slowly inside Redis. A spread far above Redis's own times, with
+// calls and waits like it, is this one process's (its scheduler and
+// garbage collector shared by every instance), not the fleet's.
+func (fl *scaleFleet) flipCauses(say func(string, ...any), slowErr error) {
+	calls := fl.flipCalls.sorted()
+	w50, waits := fl.flipSched.quantile(0.5)
+	w99, _ := fl.flipSched.quantile(0.99)
+	w999, _ := fl.flipSched.quantile(0.999)
+	wmax, _ := fl.flipSched.quantile(1)
+	var slow string
+	n, longest, err := 0, time.Duration(0), slowErr
+	if err == nil {
+		n, longest, err = slowCommands(context.Background(), fl.admin)
+	}
+	if err != nil {
+		slow = "Redis's slow log: " + err.Error()
+	} else {
+		slow = fmt.Sprintf("%d commands ran over %v inside Redis (the longest %v)", n, slowCommand, longest.Round(10*time.Microsecond))
+	}
+	if len(calls) == 0 {
+		say("  during the flips: no Redis call of the instances timed; %s", slow)
+		return
+	}
+	say("  during the flips: this process's goroutines waited to run p50 %s, p99 %s, p99.9 %s, max %s (%d waits sampled, /sched/latencies); the instances' %d Redis calls took, as they saw them, p50 %v, p99 %v, max %v; %s",
+		waited(w50), waited(w99), waited(w999), waited(wmax), waits, len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)
+}
+
+// waited formats a bound of /sched/latencies, whose lowest buckets are
+// below what a scheduler wait can be told apart from none.
+func waited(d time.Duration) string {
+	if d < 10*time.Microsecond {
+		return "<10µs"
+	}
+	return d.String()
 }
 
 // wentLocal counts the instances that went local since from.

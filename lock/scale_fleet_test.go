@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"math"
 	"math/rand/v2"
 	"net/netip"
+	"runtime/metrics"
 	"slices"
 	"sort"
 	"strings"
@@ -80,7 +82,11 @@ type scaleFleet struct {
 
 	settling atomic.Bool // apply counts the targets Up
 	flip     atomic.Pointer[scaleFlip]
-	judge    atomic.Pointer[scaleJudge]
+	// While the flips wait: the instances' Redis calls, and how long
+	// this process's goroutines waited to run (see flipBackends).
+	flipCalls callTimes
+	flipSched schedWaits
+	judge     atomic.Pointer[scaleJudge]
 }
 
 // scaleInstance is one coordinator of the fleet and its checker.
@@ -265,7 +271,7 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 	for i := range n {
 		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
 			DialTimeout: scaleDialTimeout, ReadTimeout: scaleIOTimeout, WriteTimeout: scaleIOTimeout})
-		rdb.AddHook(sentCounter{cmds: &fl.sent, trips: &fl.trips})
+		rdb.AddHook(sentCounter{cmds: &fl.sent, trips: &fl.trips, calls: &fl.flipCalls})
 		fl.clients = append(fl.clients, rdb)
 		in := &scaleInstance{}
 		coord, err := NewCoordinator(rdb, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout,
@@ -595,6 +601,71 @@ func (fl *scaleFleet) stopForJudge(keys []int32) *scaleJudge {
 	return j
 }
 
+// schedWaits counts how long this process's goroutines waited to run, by
+// the runtime's /sched/latencies:seconds, over the spans added with since.
+// The flips' figures pass through several goroutines of this one process
+// (a status write's reply, each instance's subscription and View), so
+// they can be no better than what those goroutines waited.
+type schedWaits struct {
+	mu      sync.Mutex
+	counts  []uint64
+	buckets []float64
+}
+
+// readSched reads the runtime's count of goroutine waits so far.
+func readSched() *metrics.Float64Histogram {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
+		return nil
+	}
+	h := s[0].Value.Float64Histogram()
+	return &metrics.Float64Histogram{Counts: slices.Clone(h.Counts), Buckets: h.Buckets}
+}
+
+// since adds the waits counted from then (readSched's) to now.
+func (w *schedWaits) since(then *metrics.Float64Histogram) {
+	now := readSched()
+	if then == nil || now == nil || len(now.Counts) != len(then.Counts) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.counts == nil {
+		w.counts, w.buckets = make([]uint64, len(now.Counts)), now.Buckets
+	}
+	for i := range now.Counts {
+		w.counts[i] += now.Counts[i] - then.Counts[i]
+	}
+}
+
+// quantile returns the upper bound of the bucket that holds the q
+// quantile of the waits counted, and how many were counted.
+func (w *schedWaits) quantile(q float64) (time.Duration, uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var total uint64
+	for _, c := range w.counts {
+		total += c
+	}
+	if total == 0 {
+		return 0, 0
+	}
+	want, seen := uint64(math.Ceil(q*float64(total))), uint64(0)
+	for i, c := range w.counts {
+		seen += c
+		if seen >= want {
+			// The bucket's upper bound; the last bucket has none.
+			b := w.buckets[i+1]
+			if math.IsInf(b, 1) {
+				b = w.buckets[i]
+			}
+			return time.Duration(b * float64(time.Second)).Round(10 * time.Microsecond), total
+		}
+	}
+	return 0, total
+}
+
 // flipResult is what a flip found: per key, from the flip to the first
 // instance's View showing it and to the last one's.
 type flipResult struct {
@@ -613,6 +684,9 @@ func (fl *scaleFleet) flipBackends(keys []int32, up bool, d time.Duration) flipR
 	f := &scaleFlip{keys: keys, want: want, seen: make([]atomic.Int64, n*len(keys))}
 	f.at = time.Now()
 	fl.flip.Store(f)
+	fl.flipCalls.on.Store(true)
+	defer fl.flipCalls.on.Store(false)
+	defer fl.flipSched.since(readSched())
 	for _, k := range keys {
 		fl.down[k].Store(!up)
 	}

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -124,8 +126,13 @@ func loadAverage() string {
 // sends and the round trips they take (a pipeline is one), so that what
 // the instances ask of Redis shows apart from what the scripts they call
 // run inside it (commandstats counts both).
+//
+// While calls is on, it also times each command that is not in a
+// pipeline, as the instance saw it: its wait for a connection of the pool
+// and for this process to run the reply's goroutine included.
 type sentCounter struct {
 	cmds, trips *atomic.Int64
+	calls       *callTimes
 }
 
 func (h sentCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -134,8 +141,66 @@ func (h sentCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		h.cmds.Add(1)
 		h.trips.Add(1)
-		return next(ctx, cmd)
+		if h.calls == nil || !h.calls.on.Load() {
+			return next(ctx, cmd)
+		}
+		start := time.Now()
+		err := next(ctx, cmd)
+		h.calls.add(time.Since(start))
+		return err
 	}
+}
+
+// callTimes collects how long the instances' Redis calls took while on.
+type callTimes struct {
+	on   atomic.Bool
+	mu   sync.Mutex
+	took []time.Duration
+}
+
+func (c *callTimes) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.took = append(c.took, d)
+}
+
+// sorted returns the durations collected, sorted.
+func (c *callTimes) sorted() []time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := slices.Clone(c.took)
+	slices.Sort(out)
+	return out
+}
+
+// slowRedis makes srv's slow log keep every command that runs longer than
+// slowCommand, from now on.
+func slowRedis(ctx context.Context, admin *redis.Client) error {
+	if err := admin.ConfigSet(ctx, "slowlog-log-slower-than", strconv.FormatInt(slowCommand.Microseconds(), 10)).Err(); err != nil {
+		return err
+	}
+	if err := admin.ConfigSet(ctx, "slowlog-max-len", "1024").Err(); err != nil {
+		return err
+	}
+	return admin.SlowLogReset(ctx).Err()
+}
+
+// slowCommand is how long a command runs inside Redis before the flips'
+// report counts it as slow: well above a status write's 40 µs.
+const slowCommand = 5 * time.Millisecond
+
+// slowCommands returns how many commands Redis's slow log kept (at most
+// 1,024) and the longest of them.
+func slowCommands(ctx context.Context, admin *redis.Client) (int, time.Duration, error) {
+	logs, err := admin.SlowLogGet(ctx, 1024).Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	var longest time.Duration
+	for _, l := range logs {
+		longest = max(longest, l.Duration)
+	}
+	return len(logs), longest, nil
 }
 
 func (h sentCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
