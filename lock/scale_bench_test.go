@@ -425,8 +425,11 @@ func (fl *scaleFleet) flipCauses(say func(string, ...any), slowErr error) {
 		say("  during the flips: no Redis call of the instances timed; %s", slow)
 		return
 	}
-	say("  during the flips: this process's goroutines waited to run p50 %s, p99 %s, p99.9 %s, max %s (%d waits sampled, /sched/latencies); the instances' %d Redis calls took, as they saw them, p50 %v, p99 %v, max %v; %s",
-		waited(w50), waited(w99), waited(w999), waited(wmax), waits, len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)
+	fl.flipGC.mu.Lock()
+	cycles, allocated := fl.flipGC.cycles, fl.flipGC.allocated
+	fl.flipGC.mu.Unlock()
+	say("  during the flips: this process's goroutines waited to run p50 %s, p99 %s, p99.9 %s, max %s (%d waits sampled, /sched/latencies), through %d collections of its heap (%.0f MB allocated); the instances' %d Redis calls took, as they saw them, p50 %v, p99 %v, max %v; %s",
+		waited(w50), waited(w99), waited(w999), waited(wmax), waits, cycles, mb(int64(allocated)), len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)
 }
 
 // waited formats a bound of /sched/latencies, whose lowest buckets are

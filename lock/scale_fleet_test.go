@@ -86,6 +86,7 @@ type scaleFleet struct {
 	// this process's goroutines waited to run (see flipBackends).
 	flipCalls callTimes
 	flipSched schedWaits
+	flipGC    gcCounts
 	judge     atomic.Pointer[scaleJudge]
 }
 
@@ -666,6 +667,39 @@ func (w *schedWaits) quantile(q float64) (time.Duration, uint64) {
 	return 0, total
 }
 
+// gcCounts is what this process's garbage collector did: collections,
+// and bytes allocated (which set them off).
+type gcCounts struct {
+	mu        sync.Mutex
+	cycles    uint64
+	allocated uint64
+}
+
+// readGC reads the collector's counts so far.
+func readGC() *gcCounts {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	g := &gcCounts{}
+	if s[0].Value.Kind() == metrics.KindUint64 {
+		g.cycles = s[0].Value.Uint64()
+	}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		g.allocated = s[1].Value.Uint64()
+	}
+	return g
+}
+
+func (g *gcCounts) minus(o *gcCounts) *gcCounts {
+	return &gcCounts{cycles: g.cycles - o.cycles, allocated: g.allocated - o.allocated}
+}
+
+func (g *gcCounts) add(d *gcCounts) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cycles += d.cycles
+	g.allocated += d.allocated
+}
+
 // flipResult is what a flip found: per key, from the flip to the first
 // instance's View showing it and to the last one's.
 type flipResult struct {
@@ -687,6 +721,8 @@ func (fl *scaleFleet) flipBackends(keys []int32, up bool, d time.Duration) flipR
 	fl.flipCalls.on.Store(true)
 	defer fl.flipCalls.on.Store(false)
 	defer fl.flipSched.since(readSched())
+	gc0 := readGC()
+	defer func() { fl.flipGC.add(readGC().minus(gc0)) }()
 	for _, k := range keys {
 		fl.down[k].Store(!up)
 	}
