@@ -407,10 +407,11 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 // garbage collector shared by every instance), not the fleet's.
 func (fl *scaleFleet) flipCauses(say func(string, ...any), slowErr error) {
 	calls := fl.flipCalls.sorted()
-	w50, waits := fl.flipSched.quantile(0.5)
-	w99, _ := fl.flipSched.quantile(0.99)
-	w999, _ := fl.flipSched.quantile(0.999)
-	wmax, _ := fl.flipSched.quantile(1)
+	proc := fl.flipProc.counts()
+	w50, waits := proc.waited(0.5)
+	w99, _ := proc.waited(0.99)
+	w999, _ := proc.waited(0.999)
+	wmax, _ := proc.waited(1)
 	var slow string
 	n, longest, err := 0, time.Duration(0), slowErr
 	if err == nil {
@@ -425,11 +426,8 @@ func (fl *scaleFleet) flipCauses(say func(string, ...any), slowErr error) {
 		say("  during the flips: no Redis call of the instances timed; %s", slow)
 		return
 	}
-	fl.flipGC.mu.Lock()
-	cycles, allocated := fl.flipGC.cycles, fl.flipGC.allocated
-	fl.flipGC.mu.Unlock()
 	say("  during the flips: this process's goroutines waited to run p50 %s, p99 %s, p99.9 %s, max %s (%d waits sampled, /sched/latencies), through %d collections of its heap (%.0f MB allocated); the instances' %d Redis calls took, as they saw them, p50 %v, p99 %v, max %v; %s",
-		waited(w50), waited(w99), waited(w999), waited(wmax), waits, cycles, mb(int64(allocated)), len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)
+		waited(w50), waited(w99), waited(w999), waited(wmax), waits, proc.cycles, mb(int64(proc.allocated)), len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)
 }
 
 // waited formats a bound of /sched/latencies, whose lowest buckets are

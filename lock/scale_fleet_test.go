@@ -82,11 +82,10 @@ type scaleFleet struct {
 
 	settling atomic.Bool // apply counts the targets Up
 	flip     atomic.Pointer[scaleFlip]
-	// While the flips wait: the instances' Redis calls, and how long
-	// this process's goroutines waited to run (see flipBackends).
+	// While the flips wait: the instances' Redis calls, and what this
+	// process's runtime counted (see flipBackends).
 	flipCalls callTimes
-	flipSched schedWaits
-	flipGC    gcCounts
+	flipProc  procSpans
 	judge     atomic.Pointer[scaleJudge]
 }
 
@@ -602,102 +601,90 @@ func (fl *scaleFleet) stopForJudge(keys []int32) *scaleJudge {
 	return j
 }
 
-// schedWaits counts how long this process's goroutines waited to run, by
-// the runtime's /sched/latencies:seconds, over the spans added with since.
+// procCounts is what this process's runtime has counted: how long its
+// goroutines waited to run (/sched/latencies:seconds, per bucket), the
+// collections of its heap, and the bytes allocated (which set them off).
 // The flips' figures pass through several goroutines of this one process
 // (a status write's reply, each instance's subscription and View), so
 // they can be no better than what those goroutines waited.
-type schedWaits struct {
-	mu      sync.Mutex
-	counts  []uint64
-	buckets []float64
+type procCounts struct {
+	waits     []uint64
+	buckets   []float64
+	cycles    uint64
+	allocated uint64
 }
 
-// readSched reads the runtime's count of goroutine waits so far.
-func readSched() *metrics.Float64Histogram {
-	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+// readProc reads the runtime's counts so far, in one read.
+func readProc() procCounts {
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}, {Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
 	metrics.Read(s)
-	if s[0].Value.Kind() != metrics.KindFloat64Histogram {
-		return nil
+	var c procCounts
+	if s[0].Value.Kind() == metrics.KindFloat64Histogram {
+		h := s[0].Value.Float64Histogram()
+		c.waits, c.buckets = slices.Clone(h.Counts), h.Buckets
 	}
-	h := s[0].Value.Float64Histogram()
-	return &metrics.Float64Histogram{Counts: slices.Clone(h.Counts), Buckets: h.Buckets}
+	if s[1].Value.Kind() == metrics.KindUint64 {
+		c.cycles = s[1].Value.Uint64()
+	}
+	if s[2].Value.Kind() == metrics.KindUint64 {
+		c.allocated = s[2].Value.Uint64()
+	}
+	return c
 }
 
-// since adds the waits counted from then (readSched's) to now.
-func (w *schedWaits) since(then *metrics.Float64Histogram) {
-	now := readSched()
-	if then == nil || now == nil || len(now.Counts) != len(then.Counts) {
+// procSpans adds up what the runtime counted over the spans added.
+type procSpans struct {
+	mu  sync.Mutex
+	sum procCounts
+}
+
+// add adds what was counted from from to to (readProc's).
+func (p *procSpans) add(from, to procCounts) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sum.cycles += to.cycles - from.cycles
+	p.sum.allocated += to.allocated - from.allocated
+	if len(from.waits) != len(to.waits) {
 		return
 	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.counts == nil {
-		w.counts, w.buckets = make([]uint64, len(now.Counts)), now.Buckets
+	if p.sum.waits == nil {
+		p.sum.waits, p.sum.buckets = make([]uint64, len(to.waits)), to.buckets
 	}
-	for i := range now.Counts {
-		w.counts[i] += now.Counts[i] - then.Counts[i]
+	for i := range to.waits {
+		p.sum.waits[i] += to.waits[i] - from.waits[i]
 	}
 }
 
-// quantile returns the upper bound of the bucket that holds the q
-// quantile of the waits counted, and how many were counted.
-func (w *schedWaits) quantile(q float64) (time.Duration, uint64) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// counts returns the sums.
+func (p *procSpans) counts() procCounts {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return procCounts{waits: slices.Clone(p.sum.waits), buckets: p.sum.buckets, cycles: p.sum.cycles, allocated: p.sum.allocated}
+}
+
+// waited returns the upper bound of the bucket that holds the q quantile
+// of the goroutine waits counted, and how many were counted.
+func (c procCounts) waited(q float64) (time.Duration, uint64) {
 	var total uint64
-	for _, c := range w.counts {
-		total += c
+	for _, n := range c.waits {
+		total += n
 	}
 	if total == 0 {
 		return 0, 0
 	}
 	want, seen := uint64(math.Ceil(q*float64(total))), uint64(0)
-	for i, c := range w.counts {
-		seen += c
+	for i, n := range c.waits {
+		seen += n
 		if seen >= want {
 			// The bucket's upper bound; the last bucket has none.
-			b := w.buckets[i+1]
+			b := c.buckets[i+1]
 			if math.IsInf(b, 1) {
-				b = w.buckets[i]
+				b = c.buckets[i]
 			}
 			return time.Duration(b * float64(time.Second)).Round(10 * time.Microsecond), total
 		}
 	}
 	return 0, total
-}
-
-// gcCounts is what this process's garbage collector did: collections,
-// and bytes allocated (which set them off).
-type gcCounts struct {
-	mu        sync.Mutex
-	cycles    uint64
-	allocated uint64
-}
-
-// readGC reads the collector's counts so far.
-func readGC() *gcCounts {
-	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}, {Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	g := &gcCounts{}
-	if s[0].Value.Kind() == metrics.KindUint64 {
-		g.cycles = s[0].Value.Uint64()
-	}
-	if s[1].Value.Kind() == metrics.KindUint64 {
-		g.allocated = s[1].Value.Uint64()
-	}
-	return g
-}
-
-func (g *gcCounts) minus(o *gcCounts) *gcCounts {
-	return &gcCounts{cycles: g.cycles - o.cycles, allocated: g.allocated - o.allocated}
-}
-
-func (g *gcCounts) add(d *gcCounts) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.cycles += d.cycles
-	g.allocated += d.allocated
 }
 
 // flipResult is what a flip found: per key, from the flip to the first
@@ -720,9 +707,8 @@ func (fl *scaleFleet) flipBackends(keys []int32, up bool, d time.Duration) flipR
 	fl.flip.Store(f)
 	fl.flipCalls.on.Store(true)
 	defer fl.flipCalls.on.Store(false)
-	defer fl.flipSched.since(readSched())
-	gc0 := readGC()
-	defer func() { fl.flipGC.add(readGC().minus(gc0)) }()
+	from := readProc()
+	defer func() { fl.flipProc.add(from, readProc()) }()
 	for _, k := range keys {
 		fl.down[k].Store(!up)
 	}
