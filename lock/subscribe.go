@@ -79,6 +79,17 @@ type Subscriber struct {
 	// client's), so that a count of none is believed (see Subscribe).
 	// Subscribe's goroutine only.
 	counted bool
+	// mark numbers the markers published, echoed is the last one whose
+	// echo came back: Subscribe's goroutine only.
+	mark, echoed uint64
+}
+
+// marked is what a marker's PUBLISH returned: how many subscriptions
+// received marker seq, or why it failed.
+type marked struct {
+	seq uint64
+	n   int64
+	err error
 }
 
 // NewSubscriber returns a subscriber to the statuses under prefix on rdb,
@@ -178,7 +189,13 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		redis.WithChannelReconnectTimeout(CallTimeout),
 	)
 	_, cluster := s.rdb.(*redis.ClusterClient)
-	pending := false       // a marker is out and has not come back
+	// The marker is published by a goroutine of its own, one at a time:
+	// a PUBLISH that waits on a slow Redis (for its full deadline) must
+	// not hold back the messages that arrive meanwhile, which this loop
+	// alone reads.
+	published := make(chan marked, 1)
+	inFlight := false      // a marker's PUBLISH has not returned
+	pending := false       // the last marker was published and has not come back
 	var markedAt time.Time // when it was published
 	heard := false         // a message came since the last check
 	silent := 0            // checks in a row with a marker out, nothing heard and nothing waiting
@@ -201,27 +218,34 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			case silent >= deafChecks:
 				s.fail(fmt.Errorf("lock: the subscription to %q no longer hears what is published (the master changed?): subscribing again", channel(s.prefix)))
 				return nil
-			case pending:
+			case pending, inFlight:
 				// Behind, not deaf (yet): messages came or wait to be
 				// read (a flood, which anyone can publish, a large
 				// message, a slow resync) ahead of the marker.
 				// Subscribing again would drop the backlog and read
-				// every status again.
+				// every status again. Or the marker's PUBLISH waits
+				// on Redis, which says nothing of the subscription.
 				heard = false
 				continue
 			}
 			heard = false
-			cctx, cancel := s.lat.call(ctx)
-			markedAt = time.Now()
-			n, err := s.rdb.Publish(cctx, echo, "echo").Result()
-			cancel()
+			s.mark++
+			inFlight, markedAt = true, time.Now()
+			go func(seq uint64) {
+				cctx, cancel := s.lat.call(ctx)
+				n, err := s.rdb.Publish(cctx, echo, strconv.FormatUint(seq, 10)).Result()
+				cancel()
+				published <- marked{seq, n, err}
+			}(s.mark)
+		case r := <-published:
+			inFlight = false
 			switch {
-			case err != nil:
+			case r.err != nil:
 				// A marker that cannot be published says nothing of
 				// the subscription: Redis is away, and the
 				// subscription reconnects by itself.
 				pending = false
-			case n == 0 && s.counted:
+			case r.n == 0 && s.counted:
 				// The server published to, which counted this
 				// subscription before, has none now: it is on
 				// another server (an old master), and hears nothing
@@ -233,8 +257,10 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 					return nil
 				}
 			default:
-				pending, missed = true, 0
-				s.counted = s.counted || n > 0 && !cluster
+				// Out, unless its echo came back before PUBLISH
+				// returned here.
+				pending, missed = s.echoed != r.seq, 0
+				s.counted = s.counted || r.n > 0 && !cluster
 			}
 		case m, ok := <-msgs:
 			if !ok {
@@ -250,10 +276,14 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			case *redis.Message:
 				heard = true
 				if m.Channel == echo {
-					if pending {
+					// Only the last marker's echo: an earlier one's (a
+					// previous subscription's, late) says nothing of
+					// what was published since.
+					if seq, err := strconv.ParseUint(m.Payload, 10, 64); err == nil && seq == s.mark && s.echoed != seq {
+						s.echoed = seq
 						s.caughtUp.Store(markedAt.UnixNano())
+						pending = false
 					}
-					pending = false
 					continue
 				}
 				key, v, status, err := parseMessage(m.Payload)
