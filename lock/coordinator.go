@@ -219,7 +219,8 @@ type remoteStatus struct {
 	version int64
 	status
 	// heard: published since this instance's last return (or its own
-	// write): its holder wrote it then, whatever its version.
+	// write), with a version from after it last went local: its holder
+	// wrote it after the outage began.
 	heard bool
 }
 
@@ -463,7 +464,10 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		// (The View does not change: it already takes the holder's.) Left
 		// to its owner and not covered yet (see deferred), t keeps what
 		// this instance found last: the View answers from it meanwhile.
-		if c.covered(t.Key, t.Addr) {
+		// Unless the holder's status is on its way to what this
+		// instance found (see status.behind): that stays until the
+		// holder's next probe decides.
+		if c.covered(t.Key, t.Addr) && !c.remote[t.Key].behind(c.own[t.Key]) {
 			delete(c.own, t.Key)
 			c.touch(t.Key)
 		}
@@ -727,7 +731,11 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		}
 		return
 	}
-	c.remote[key] = remoteStatus{version: v, status: st, heard: live}
+	// Heard, unless written before this instance last went local: a
+	// message Redis published before it stopped (SIGSTOP, a pause) can
+	// reach the subscription only after the return, and says what its
+	// holder found before the outage, not since.
+	c.remote[key] = remoteStatus{version: v, status: st, heard: live && v >= c.localAt}
 	c.touch(key)
 	if live && c.held[key] && st.Holder != c.Token() {
 		// A newer status of a key this instance holds, written by
@@ -858,8 +866,9 @@ func (c *Coordinator) view() health.View {
 // probes the target, or probed it last and no holder's status covers it
 // yet (it is left to its owner meanwhile: after a return, what this
 // instance found in local mode is newer than what the fleet knew before
-// the outage); else the holder's; none for a key that is not a target or
-// whose verdict is unknown. c.mu is held.
+// the outage) or the holder's is on its way to it (see status.behind);
+// else the holder's; none for a key that is not a target or whose
+// verdict is unknown. c.mu is held.
 func (c *Coordinator) viewEntry(v health.View, key string) {
 	addr, ok := c.targets[key]
 	if !ok {
@@ -872,6 +881,8 @@ func (c *Coordinator) viewEntry(v health.View, key string) {
 	own, mine := c.own[key]
 	switch {
 	case mine && (c.mode == ModeLocal && !c.coveredLocal(key, addr) || c.held[key] || !c.covered(key, addr)):
+		p = own
+	case ok && mine && r.behind(own):
 		p = own
 	case ok:
 		p = r.progress()

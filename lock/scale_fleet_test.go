@@ -576,8 +576,12 @@ func (j *scaleJudge) judge(fl *scaleFleet, i int, v health.View) {
 		case health.Down:
 			j.down[i*len(j.keys)+n].CompareAndSwap(0, now)
 		case health.Up:
-			if j.down[i*len(j.keys)+n].Load() != 0 {
+			if first := j.down[i*len(j.keys)+n].Load(); first != 0 {
 				j.upAgain.Add(1)
+				vd := v[fl.targets[k].Key]
+				e := fmt.Sprintf("instance %d (%s) showed %s Up at +%v after showing it Down at +%v; the verdict shown was probed at +%v",
+					i, fl.ins[i].coord.Mode(), fl.targets[k].Key, ms3(time.Duration(now-j.at.UnixNano())), ms3(time.Unix(0, first).Sub(j.at)), ms3(vd.Last.Sub(j.at)))
+				j.example.CompareAndSwap(nil, &e)
 			}
 		}
 	}

@@ -112,6 +112,27 @@ func (s status) progress() health.Progress {
 	return health.Progress{Verdict: v, OK: s.OK, Fail: s.Fail}
 }
 
+// behind reports whether s, a holder's status, is on its way to the state
+// own, this instance's own verdict on the target, has reached already:
+// Up with failed probes since against an own Down, Down with good probes
+// since against an own Up. Counted apart (in local mode every instance
+// counts its own probes, and a holder that comes back writes its count),
+// the two can disagree while the latest probes of both agree: a backend
+// stopped during an outage, found Down here and Up with one failed probe
+// by its holder. Answering the holder's then would bring back, for up to
+// (fall - 1) intervals, a backend that neither saw answer. The holder's
+// next probe decides: it reaches own's state, or its probe went the other
+// way (and is the newest word on the target).
+func (s status) behind(own health.Progress) bool {
+	switch own.Verdict.State {
+	case health.Down:
+		return s.State == "up" && s.Fail > 0
+	case health.Up:
+		return s.State == "down" && s.OK > 0
+	}
+	return false
+}
+
 // sigPrefix starts a signed status: "sig=<hex HMAC-SHA256> <json>".
 const sigPrefix = "sig="
 

@@ -49,6 +49,12 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 	}
 	c.round(members())
 	progress := func() health.Progress {
+		switch rng.IntN(6) {
+		case 0:
+			return upFailing(1) // on its way down
+		case 1:
+			return downRising(1) // on its way up
+		}
 		if rng.IntN(3) == 0 {
 			return health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Detail: "refused", Last: time.Now()}, Fail: 2}
 		}
@@ -199,4 +205,174 @@ func TestViewHolderLapses(t *testing.T) {
 	if v := c.view(); v[tg.Key].State != health.Down {
 		t.Fatalf("once the holder's status lapsed, the View has %v for %s, want this instance's own Down", v[tg.Key].State, tg.Key)
 	}
+}
+
+// TestViewReturnNoFlapBack: after an outage, each instance comes back with
+// the verdicts it found in local mode, counted on its own, and its holder's
+// first status may still be on its way to the same conclusion. A backend
+// stopped during the outage, found Down here (fall reached) and Up with one
+// failed probe by its holder, stays Down here: the holder's last probe
+// failed too, so answering its Up would bring a stopped backend back for
+// up to (fall - 1) intervals, though nothing here or there saw it answer.
+// Once the holder's verdict reaches Down, or its probe succeeds, the
+// holder's counts; and the same holds the other way round, for a backend
+// that came back.
+func TestViewReturnNoFlapBack(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		own, holder health.Progress
+		want        health.State // while the holder's status is the first after the return
+	}{
+		{"stopped: holder on its way down", down(2), upFailing(1), health.Down},
+		{"stopped: holder down too", down(2), down(2), health.Down},
+		{"stopped: holder probed it answering", down(2), up(1), health.Up},
+		{"back: holder on its way up", up(2), downRising(1), health.Up},
+		{"back: holder probed it refusing", up(2), down(1), health.Down},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
+			other := fmt.Sprintf("%032x", 1)
+			var ts []health.Target
+			for i := range 8 {
+				ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
+			}
+			c.SetTargets(ts)
+			m := Membership{Members: []string{c.Token(), other}, Now: time.Now()}
+			c.round(m)
+			var tg health.Target
+			for _, x := range ts {
+				if c.ownerOf(x.Key) == other {
+					tg = x
+				}
+			}
+			if tg.Key == "" {
+				t.Fatal("no target of the other member's among 8")
+			}
+			// The outage: this instance probes everything itself.
+			c.mu.Lock()
+			c.goLocal()
+			c.mu.Unlock()
+			c.Claim(tg)
+			c.Record(tg, tc.own)
+			if v := c.view(); v[tg.Key].State != tc.own.Verdict.State {
+				t.Fatalf("in local mode the View has %v for %s, want this instance's own %v", v[tg.Key].State, tg.Key, tc.own.Verdict.State)
+			}
+			// The return, then the holder's first status, published.
+			c.mu.Lock()
+			c.offset += time.Second
+			c.mu.Unlock()
+			m.Now = time.Now().Add(c.offset)
+			c.round(m)
+			st := newStatus(tg.Addr, other, time.Now(), tc.holder)
+			c.mu.Lock()
+			st.V = c.now()
+			c.mu.Unlock()
+			c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+			if v := c.view(); v[tg.Key].State != tc.want {
+				t.Fatalf("after the return, with the holder's %v (ok %d, fail %d) against this instance's own %v, the View has %v, want %v",
+					tc.holder.Verdict.State, tc.holder.OK, tc.holder.Fail, tc.own.Verdict.State, v[tg.Key].State, tc.want)
+			}
+			// This instance's next tick leaves the target to its holder;
+			// the View must not change for it.
+			c.Claim(tg)
+			if v := c.view(); v[tg.Key].State != tc.want {
+				t.Fatalf("after this instance's next tick, the View has %v for %s, want %v still", v[tg.Key].State, tg.Key, tc.want)
+			}
+			// The holder's next probe decides.
+			next := tc.holder
+			next.Verdict.Last = time.Now()
+			switch {
+			case tc.holder.Verdict.State == health.Up && tc.holder.Fail > 0:
+				next = down(2)
+			case tc.holder.Verdict.State == health.Down && tc.holder.OK > 0:
+				next = up(2)
+			}
+			st = newStatus(tg.Addr, other, time.Now(), next)
+			c.mu.Lock()
+			st.V = c.now() + 1
+			c.mu.Unlock()
+			c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+			if v := c.view(); v[tg.Key].State != next.Verdict.State {
+				t.Fatalf("with the holder's next status %v, the View has %v for %s", next.Verdict.State, v[tg.Key].State, tg.Key)
+			}
+		})
+	}
+}
+
+// TestViewReturnLateMessage: a status its holder published before the
+// outage, delivered only after this instance came back (Redis stopped
+// between running the PUBLISH and writing it out, and wrote it out when
+// it resumed), does not cover its target: this instance answers from what
+// it found in local mode until the holder writes again.
+func TestViewReturnLateMessage(t *testing.T) {
+	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
+	other := fmt.Sprintf("%032x", 1)
+	var ts []health.Target
+	for i := range 8 {
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
+	}
+	c.SetTargets(ts)
+	m := Membership{Members: []string{c.Token(), other}, Now: time.Now()}
+	c.round(m)
+	var tg health.Target
+	for _, x := range ts {
+		if c.ownerOf(x.Key) == other {
+			tg = x
+		}
+	}
+	if tg.Key == "" {
+		t.Fatal("no target of the other member's among 8")
+	}
+	status := func(p health.Progress, v int64) {
+		st := newStatus(tg.Addr, other, time.Now(), p)
+		st.V = v
+		c.applyRemote(tg.Key, v, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+	}
+	c.mu.Lock()
+	before := c.now()
+	c.offset += time.Second
+	c.goLocal()
+	c.mu.Unlock()
+	status(up(2), before-1000) // received before the outage
+	c.Claim(tg)
+	c.Record(tg, down(2))
+	c.mu.Lock()
+	c.offset += 10 * time.Second
+	c.mu.Unlock()
+	m.Now = time.Now().Add(c.offset)
+	c.round(m)            // the return
+	status(up(2), before) // published before the outage, received now
+	if v := c.view(); v[tg.Key].State != health.Down {
+		t.Fatalf("a status published before the outage and received after the return covers %s: the View has %v, want this instance's own Down", tg.Key, v[tg.Key].State)
+	}
+	c.mu.Lock()
+	now := c.now()
+	c.mu.Unlock()
+	status(up(2), now) // the holder writes again
+	if v := c.view(); v[tg.Key].State != health.Up {
+		t.Fatalf("the holder's status written after the return does not cover %s: the View has %v, want its Up", tg.Key, v[tg.Key].State)
+	}
+}
+
+// Progress of a target as a checker with rise 2, fall 2 counts it.
+func down(fail int) health.Progress {
+	return health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Detail: "refused", Last: time.Now()}, Fail: fail}
+}
+
+func up(ok int) health.Progress {
+	return health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Last: time.Now()}, OK: ok}
+}
+
+// upFailing is Up with fail failed probes since (fewer than fall).
+func upFailing(fail int) health.Progress {
+	p := up(0)
+	p.Fail = fail
+	return p
+}
+
+// downRising is Down with ok good probes since (fewer than rise).
+func downRising(ok int) health.Progress {
+	p := down(0)
+	p.OK = ok
+	return p
 }
