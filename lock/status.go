@@ -112,25 +112,21 @@ func (s status) progress() health.Progress {
 	return health.Progress{Verdict: v, OK: s.OK, Fail: s.Fail}
 }
 
-// behind reports whether s, a holder's status, is on its way to the state
-// own, this instance's own verdict on the target, has reached already:
-// Up with failed probes since against an own Down, Down with good probes
-// since against an own Up. Counted apart (in local mode every instance
-// counts its own probes, and a holder that comes back writes its count),
-// the two can disagree while the latest probes of both agree: a backend
-// stopped during an outage, found Down here and Up with one failed probe
-// by its holder. Answering the holder's then would bring back, for up to
-// (fall - 1) intervals, a backend that neither saw answer. The holder's
-// next probe decides: it reaches own's state, or its probe went the other
-// way (and is the newest word on the target).
+// behind reports whether s, a holder's status, is on its way down to the
+// Down that own, this instance's own verdict on the target, has reached
+// already: Up with failed probes since. Counted apart (in local mode every
+// instance counts its own probes, and a holder that comes back writes its
+// count), the two can disagree while the latest probes of both failed: a
+// backend stopped during an outage, found Down here and Up with one failed
+// probe by its holder. Answering the holder's then would bring back, for
+// up to (fall - 1) intervals, a backend that neither saw answer. The
+// holder's next probe decides: it reaches Down too, or it succeeded (and
+// is the newest word on the target). Not the other way round: an Up of
+// this instance's against a Down on its way up would answer with what this
+// instance last read of the node (its role, say), older than the holder's
+// probe, where waiting for rise is what a node coming back does anyway.
 func (s status) behind(own health.Progress) bool {
-	switch own.Verdict.State {
-	case health.Down:
-		return s.State == "up" && s.Fail > 0
-	case health.Up:
-		return s.State == "down" && s.OK > 0
-	}
-	return false
+	return own.Verdict.State == health.Down && s.State == "up" && s.Fail > 0
 }
 
 // sigPrefix starts a signed status: "sig=<hex HMAC-SHA256> <json>".

@@ -215,8 +215,9 @@ func TestViewHolderLapses(t *testing.T) {
 // failed too, so answering its Up would bring a stopped backend back for
 // up to (fall - 1) intervals, though nothing here or there saw it answer.
 // Once the holder's verdict reaches Down, or its probe succeeds, the
-// holder's counts; and the same holds the other way round, for a backend
-// that came back.
+// holder's counts. Not the other way round: a backend back, Up here and
+// Down on its way up at its holder, waits for the holder's rise, with the
+// holder's newer reading of it.
 func TestViewReturnNoFlapBack(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -226,7 +227,7 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 		{"stopped: holder on its way down", down(2), upFailing(1), health.Down},
 		{"stopped: holder down too", down(2), down(2), health.Down},
 		{"stopped: holder probed it answering", down(2), up(1), health.Up},
-		{"back: holder on its way up", up(2), downRising(1), health.Up},
+		{"back: holder on its way up", up(2), downRising(1), health.Down},
 		{"back: holder probed it refusing", up(2), down(1), health.Down},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
