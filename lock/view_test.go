@@ -173,23 +173,7 @@ func offlineCoordinator(tb testing.TB, cfg Config) *Coordinator {
 // covered by its holder's status, answers from this instance's own verdict
 // once that status lapses, though nothing here changed but the time.
 func TestViewHolderLapses(t *testing.T) {
-	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	other := fmt.Sprintf("%032x", 1)
-	var tg health.Target
-	var ts []health.Target
-	for i := range 8 {
-		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
-	}
-	c.SetTargets(ts)
-	c.round(Membership{Members: []string{c.Token(), other}, Now: time.Now()})
-	for _, x := range ts {
-		if c.ownerOf(x.Key) == other {
-			tg = x
-		}
-	}
-	if tg.Key == "" {
-		t.Fatal("no target of the other member's among 8")
-	}
+	c, other, tg, _ := pairedCoordinator(t)
 	c.Record(tg, health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Last: time.Now()}, Fail: 2})
 	st := newStatus(tg.Addr, other, time.Now(), health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Last: time.Now()}, OK: 2})
 	c.mu.Lock()
@@ -231,24 +215,7 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 		{"back: holder probed it refusing", up(2), down(1), health.Down},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-			other := fmt.Sprintf("%032x", 1)
-			var ts []health.Target
-			for i := range 8 {
-				ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
-			}
-			c.SetTargets(ts)
-			m := Membership{Members: []string{c.Token(), other}, Now: time.Now()}
-			c.round(m)
-			var tg health.Target
-			for _, x := range ts {
-				if c.ownerOf(x.Key) == other {
-					tg = x
-				}
-			}
-			if tg.Key == "" {
-				t.Fatal("no target of the other member's among 8")
-			}
+			c, other, tg, m := pairedCoordinator(t)
 			// The outage: this instance probes everything itself.
 			c.mu.Lock()
 			c.goLocal()
@@ -306,24 +273,7 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 // it resumed), does not cover its target: this instance answers from what
 // it found in local mode until the holder writes again.
 func TestViewReturnLateMessage(t *testing.T) {
-	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	other := fmt.Sprintf("%032x", 1)
-	var ts []health.Target
-	for i := range 8 {
-		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
-	}
-	c.SetTargets(ts)
-	m := Membership{Members: []string{c.Token(), other}, Now: time.Now()}
-	c.round(m)
-	var tg health.Target
-	for _, x := range ts {
-		if c.ownerOf(x.Key) == other {
-			tg = x
-		}
-	}
-	if tg.Key == "" {
-		t.Fatal("no target of the other member's among 8")
-	}
+	c, other, tg, m := pairedCoordinator(t)
 	status := func(p health.Progress, v int64) {
 		st := newStatus(tg.Addr, other, time.Now(), p)
 		st.V = v
@@ -353,6 +303,31 @@ func TestViewReturnLateMessage(t *testing.T) {
 	if v := c.view(); v[tg.Key].State != health.Up {
 		t.Fatalf("the holder's status written after the return does not cover %s: the View has %v, want its Up", tg.Key, v[tg.Key].State)
 	}
+}
+
+// pairedCoordinator returns an offline coordinator in a fleet of two
+// members, itself and other (m), over 8 targets, and a target the fleet
+// gives to other.
+func pairedCoordinator(t *testing.T) (c *Coordinator, other string, tg health.Target, m Membership) {
+	t.Helper()
+	c = offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
+	other = fmt.Sprintf("%032x", 1)
+	var ts []health.Target
+	for i := range 8 {
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n0", i), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)})
+	}
+	c.SetTargets(ts)
+	m = Membership{Members: []string{c.Token(), other}, Now: time.Now()}
+	c.round(m)
+	for _, x := range ts {
+		if c.ownerOf(x.Key) == other {
+			tg = x
+		}
+	}
+	if tg.Key == "" {
+		t.Fatal("no target of the other member's among 8")
+	}
+	return c, other, tg, m
 }
 
 // Progress of a target as a checker with rise 2, fall 2 counts it.
