@@ -37,6 +37,10 @@ const (
 	// stored: long enough to outlive any outage the fleet rides out, short
 	// enough that the statuses of removed nodes do not pile up.
 	statusTTL = time.Hour
+	// statusTTLEvery: a holder rewrites its statuses at every probe, and
+	// sets their expiry once per this period of their versions, not at
+	// every write (one command per write less for Redis to run).
+	statusTTLEvery = statusTTL / 4
 )
 
 // Config configures a Coordinator.
@@ -654,7 +658,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 	w, err := c.leases.writeVersioned(c.writeCtx, t.Key, propose, func(v int64) []byte {
 		st.V = v
 		return encode(c.cfg.macKey(t.Key), st, c.cfg.Secret)
-	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, Ahead: c.b.ttl, Expect: expect})
+	}, WriteOptions{Publish: publish, LeaseTTL: c.b.ttl, StatusTTL: statusTTL, StatusTTLEvery: statusTTLEvery, Ahead: c.b.ttl, Expect: expect})
 	v, ok := w.version, w.ok
 	st.V = v
 	if ok && publish {

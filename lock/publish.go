@@ -43,11 +43,19 @@ import (
 // whoever read theirs must hear the writer's, so it is published after
 // all.
 //
+// The status's own expiry (ARGV[7]) is set at every write unless ARGV[11]
+// names a period: then only when the write creates the status (none
+// stored, or one treated as absent) and when its version enters a new
+// period, so that a status rewritten at every probe costs one command
+// less per write, and one its writers left still expires within the TTL
+// plus a period of its last write.
+//
 // KEYS[1] lease, KEYS[2] status; ARGV[1] token, ARGV[2] channel, ARGV[3]
 // key, ARGV[4] status, ARGV[5] lease TTL in ms (0: leave it), ARGV[6] "1"
 // to publish, ARGV[7] the status's TTL in ms (0: none), ARGV[8] the
 // proposed version (0: choose), ARGV[9] ahead in µs, ARGV[10] the version
-// the writer last stored (0: unknown). Returns {1, version, 1 when
+// the writer last stored (0: unknown), ARGV[11] the period of the
+// status's expiry in µs (0: every write). Returns {1, version, 1 when
 // published} when written, {0, version to propose, 0} when the proposal
 // is refused, {-1, 0, 0} when the lease is not the caller's.
 var writeScript = redis.NewScript(`
@@ -78,7 +86,10 @@ local expect = tonumber(ARGV[10])
 if expect ~= 0 and old ~= expect then pub = true end
 local vs = string.format('%.0f', v)
 redis.call('HSET', KEYS[2], 'v', vs, 's', ARGV[4])
-if ARGV[7] ~= '0' then redis.call('PEXPIRE', KEYS[2], ARGV[7]) end
+local every = tonumber(ARGV[11])
+if ARGV[7] ~= '0' and (every == 0 or old == nil or math.floor(v / every) ~= math.floor(old / every)) then
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+end
 if ARGV[5] ~= '0' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 if pub then
   redis.call('PUBLISH', ARGV[2], vs .. ' ' .. string.len(ARGV[3]) .. ' ' .. ARGV[3] .. ARGV[4])
@@ -100,6 +111,12 @@ type WriteOptions struct {
 	Publish   bool          // publish the status to subscribers
 	LeaseTTL  time.Duration // > 0: extend the lease to this from now
 	StatusTTL time.Duration // > 0: the stored status expires this long after its last write
+	// StatusTTLEvery, with StatusTTL, sets the status's expiry only
+	// when the write creates it and when its version (µs) enters a new
+	// period of this length, not at every write: it then expires
+	// between StatusTTL and StatusTTL + StatusTTLEvery after its last
+	// write. 0: at every write.
+	StatusTTLEvery time.Duration
 	// Ahead bounds versions: a stored version further ahead of Redis's
 	// clock is treated as absent, and none is written past it. 0 is
 	// defaultAhead.
@@ -161,7 +178,7 @@ func (l *Leases) writeVersioned(ctx context.Context, key string, propose int64, 
 		res, err := writeScript.Run(ctx, l.rdb,
 			[]string{leaseKey(l.prefix, key), statusKey(l.prefix, key)},
 			l.token, channel(l.prefix), key, body(v), o.LeaseTTL.Milliseconds(), pub, o.StatusTTL.Milliseconds(),
-			v, ahead.Microseconds(), max(o.Expect, 0)).Int64Slice()
+			v, ahead.Microseconds(), max(o.Expect, 0), max(o.StatusTTLEvery.Microseconds(), 0)).Int64Slice()
 		if err != nil {
 			return written{}, fmt.Errorf("lock: write status of %q: %w", key, err)
 		}
