@@ -79,9 +79,12 @@ type Subscriber struct {
 	// client's), so that a count of none is believed (see Subscribe).
 	// Subscribe's goroutine only.
 	counted bool
-	// mark numbers the markers published, echoed is the last one whose
-	// echo came back: Subscribe's goroutine only.
+	// mark numbers the markers published, markedAt is when the last one
+	// was, echoed is the last one whose echo came back: Subscribe's
+	// goroutine only. Kept across subscriptions: a marker's echo can
+	// come back on the next one.
 	mark, echoed uint64
+	markedAt     time.Time
 }
 
 // marked is what a marker's PUBLISH returned: how many subscriptions
@@ -194,12 +197,11 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 	// not hold back the messages that arrive meanwhile, which this loop
 	// alone reads.
 	published := make(chan marked, 1)
-	inFlight := false      // a marker's PUBLISH has not returned
-	pending := false       // the last marker was published and has not come back
-	var markedAt time.Time // when it was published
-	heard := false         // a message came since the last check
-	silent := 0            // checks in a row with a marker out, nothing heard and nothing waiting
-	missed := 0            // markers in a row that PUBLISH counted no receiver of (see Subscribe)
+	inFlight := false // a marker's PUBLISH has not returned
+	pending := false  // the last marker was published and has not come back
+	heard := false    // a message came since the last check
+	silent := 0       // checks in a row with a marker out, nothing heard and nothing waiting
+	missed := 0       // markers in a row that PUBLISH counted no receiver of (see Subscribe)
 	for {
 		select {
 		case <-ctx.Done():
@@ -230,7 +232,7 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			}
 			heard = false
 			s.mark++
-			inFlight, markedAt = true, time.Now()
+			inFlight, s.markedAt = true, time.Now()
 			go func(seq uint64) {
 				cctx, cancel := s.lat.call(ctx)
 				n, err := s.rdb.Publish(cctx, echo, strconv.FormatUint(seq, 10)).Result()
@@ -276,12 +278,13 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 			case *redis.Message:
 				heard = true
 				if m.Channel == echo {
-					// Only the last marker's echo: an earlier one's (a
-					// previous subscription's, late) says nothing of
-					// what was published since.
+					// Only the last marker's echo (which may come back
+					// on the subscription after the one it was sent
+					// on): an earlier one's, late, says nothing of what
+					// was published since the last one.
 					if seq, err := strconv.ParseUint(m.Payload, 10, 64); err == nil && seq == s.mark && s.echoed != seq {
 						s.echoed = seq
-						s.caughtUp.Store(markedAt.UnixNano())
+						s.caughtUp.Store(s.markedAt.UnixNano())
 						pending = false
 					}
 					continue
