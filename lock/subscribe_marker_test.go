@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -54,21 +53,7 @@ func TestSubscribeHearsWhileMarkerSlow(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rdb.AddHook(slowMarkers{hold: 1500 * time.Millisecond})
-	sub, err := NewSubscriber(rdb, "test:", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := &collector{}
-	sub.OnError = col.onError
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- sub.Subscribe(ctx, col.apply) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Subscribe returned %v, want context.Canceled", err)
-		}
-	})
+	sub, col := runSubscriber(t, rdb, time.Hour)
 	waitApplied(t, col, entry{"k", publish(t, l, "k", "s0"), "s0"})
 
 	// Statuses published every 100 ms for 4 s, through at least two held

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -43,21 +42,7 @@ func TestSubscribeLeftOnOldMaster(t *testing.T) {
 			return d.DialContext(ctx, network, *master.Load())
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
-	sub, err := NewSubscriber(rdb, "test:", time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	col := &collector{}
-	sub.OnError = col.onError
-	sctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- sub.Subscribe(sctx, col.apply) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Subscribe returned %v, want context.Canceled", err)
-		}
-	})
+	sub, col := runSubscriber(t, rdb, time.Hour)
 	waitApplied(t, col, entry{"k", v1, "up"})
 	// A marker came back: Redis counted this subscription as its receiver.
 	eventually(t, 5*time.Second, "no marker of the subscriber came back", func() bool { return !sub.CaughtUp().IsZero() })

@@ -87,7 +87,15 @@ func subscribe(t *testing.T, s *redistest.Server, g *gate, resync time.Duration)
 	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true, Dialer: g.dial})
 	t.Cleanup(func() { _ = c.Close() })
-	sub, err := NewSubscriber(c, "test:", resync)
+	_, col := runSubscriber(t, c, resync)
+	return col
+}
+
+// runSubscriber runs a subscriber under prefix "test:" on rdb until the
+// test ends, collecting what it applies and the errors it reports.
+func runSubscriber(t *testing.T, rdb redis.UniversalClient, resync time.Duration) (*Subscriber, *collector) {
+	t.Helper()
+	sub, err := NewSubscriber(rdb, "test:", resync)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +116,7 @@ func subscribe(t *testing.T, s *redistest.Server, g *gate, resync time.Duration)
 			t.Errorf("Subscribe did not return within 5s of its context's end")
 		}
 	})
-	return col
+	return sub, col
 }
 
 // holder returns leases holding key, for publishing.
