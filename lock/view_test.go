@@ -56,7 +56,7 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 			return downRising(1) // on its way up
 		}
 		if rng.IntN(3) == 0 {
-			return health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Detail: "refused", Last: time.Now()}, Fail: 2}
+			return down(2)
 		}
 		return health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Role: []string{"primary", "standby"}[rng.IntN(2)], Last: time.Now()}, OK: 2}
 	}
@@ -174,8 +174,8 @@ func offlineCoordinator(tb testing.TB, cfg Config) *Coordinator {
 // once that status lapses, though nothing here changed but the time.
 func TestViewHolderLapses(t *testing.T) {
 	c, other, tg, _ := pairedCoordinator(t)
-	c.Record(tg, health.Progress{Verdict: health.Verdict{State: health.Down, Cause: health.CauseRefused, Last: time.Now()}, Fail: 2})
-	st := newStatus(tg.Addr, other, time.Now(), health.Progress{Verdict: health.Verdict{State: health.Up, Cause: health.CauseOK, Last: time.Now()}, OK: 2})
+	c.Record(tg, down(2))
+	st := newStatus(tg.Addr, other, time.Now(), up(2))
 	c.mu.Lock()
 	st.V = c.now()
 	c.mu.Unlock()
