@@ -59,13 +59,36 @@ const legacyResync = 10 * time.Second
 // interval, their holder has stopped writing them.
 func (b bounds) cover() time.Duration { return legacyResync + b.ttl + b.interval }
 
+// rewriteEvery is how many intervals a holder's stored status may go
+// unwritten while its verdict does not change (see bounds.rewrite).
+const rewriteEvery = 5
+
+// rewrite is how often, at the least, a holder rewrites a stored status
+// whose verdict has not changed: what changes is written and published at
+// once, and what the others know of a quiet status is kept current by its
+// holder's watermark (see cover), not by its version, so that rewriting
+// it at every probe would cost Redis a write per target per interval for
+// nothing. The rewrites are what keep a stored status younger than
+// storedAge (a status older is no holder's: an old one stored again), and
+// what repair, within this period, a status anyone overwrote without
+// publishing (see WriteOptions.Expect). The lease is extended between
+// them (see Leases.ExtendAll).
+func (b bounds) rewrite() time.Duration { return rewriteEvery * b.interval }
+
+// extendAfter is how old a lease's last extension may be before the next
+// round of tend extends it (see Coordinator.extend): half a lease, so that
+// a lease extended at a round is extended again at the round after it
+// reaches that age, with a lease's other half, less a cycle, for the call.
+func (b bounds) extendAfter() time.Duration { return b.ttl / 2 }
+
 // storedAge is how old a stored status read from Redis may be and count
-// as its holder's current one: a holder rewrites its status at every
-// probe, so an interval, a probe, a cycle and the longest a Redis call may
-// take. An older one is no holder's any more (an old genuine status stored
-// again, perhaps), whatever a reader that knows nothing newer would think.
+// as its holder's current one: a holder rewrites its status at least every
+// rewrite period, at its next probe, so that period, an interval, a probe,
+// a cycle and the longest a Redis call may take. An older one is no
+// holder's any more (an old genuine status stored again, perhaps),
+// whatever a reader that knows nothing newer would think.
 func (b bounds) storedAge() time.Duration {
-	return b.interval + b.timeout + b.cycle + MaxCallTimeout
+	return b.rewrite() + b.interval + b.timeout + b.cycle + MaxCallTimeout
 }
 
 // stale says why a status written by holder with version (Redis's clock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"slices"
 	"sync"
@@ -37,8 +38,8 @@ const (
 	// stored: long enough to outlive any outage the fleet rides out, short
 	// enough that the statuses of removed nodes do not pile up.
 	statusTTL = time.Hour
-	// statusTTLEvery: a holder rewrites its statuses at every probe, and
-	// sets their expiry once per this period of their versions, not at
+	// statusTTLEvery: a holder rewrites its statuses at least every
+	// rewrite period (see bounds.rewrite), and sets their expiry once per this period of their versions, not at
 	// every write (one command per write less for Redis to run).
 	statusTTLEvery = statusTTL / 4
 )
@@ -126,8 +127,10 @@ type Observer interface {
 // targets it probes, the holders' for the others.
 //
 // Each target has a lease; the instance whose token it holds probes it and
-// writes its verdict, with the rise/fall counters, fenced by the lease, at
-// every probe, and publishes it in the same step when it changed. Leases
+// writes its verdict, with the rise/fall counters, fenced by the lease,
+// and publishes it in the same step, when it changed; a verdict that did
+// not change is written again only every rewrite period (five intervals,
+// see bounds.rewrite), the lease extended meanwhile by tend. Leases
 // go to instances by rendezvous hashing over the live members, so that
 // they spread and move only when members come or go.
 //
@@ -177,6 +180,7 @@ type Coordinator struct {
 	own          map[string]health.Progress
 	published    map[string]health.Progress // what we last published per key
 	writtenBy    map[string]bool            // we have written this key's status since taking its lease
+	kept         map[string]keptLease       // the leases we hold: when extended, their statuses written (see extend)
 	blocked      map[string]time.Time       // when our take of a key that is ours first failed
 	seized       map[string]time.Time       // when we last seized a key's lease (see blockedFor)
 	members      map[string]bool            // live members' tokens
@@ -192,6 +196,7 @@ type Coordinator struct {
 	cause        error                      // what is wrong, of the current failure streak's errors (see noteCause)
 	causeTold    bool                       // cause, not only a deadline, was logged since local mode began
 	resyncAt     time.Time                  // a read of every status is due (after a return)
+	rereadAt     time.Time                  // and another, once every quiet status was rewritten (see plan)
 	safetyAt     time.Time                  // the next read of every status as a safety net
 	feeds        map[string]*feed           // what each holder published and what was heard of it
 	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
@@ -211,6 +216,7 @@ type Coordinator struct {
 	synced       chan struct{}        // closed once the first subscription read every stored status, or did not
 	syncOnce     sync.Once            // closes synced
 	gapReads     atomic.Int64         // reads of holders' statuses after a gap
+	extensions   atomic.Int64         // leases extended without a write (see extend)
 	writing      map[string]*keyWrite // keys with a status write in flight (see Record)
 	closing      bool                 // Run is ending: no more writes start
 	writes       sync.WaitGroup       // the writes in flight
@@ -256,6 +262,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		own:          map[string]health.Progress{},
 		published:    map[string]health.Progress{},
 		writtenBy:    map[string]bool{},
+		kept:         map[string]keptLease{},
 		blocked:      map[string]time.Time{},
 		seized:       map[string]time.Time{},
 		members:      map[string]bool{},
@@ -413,6 +420,11 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	for k := range c.writtenBy {
 		if _, ok := c.targets[k]; !ok {
 			delete(c.writtenBy, k)
+		}
+	}
+	for k := range c.kept {
+		if _, ok := c.targets[k]; !ok {
+			delete(c.kept, k)
 		}
 	}
 	// Nor are the statuses of keys that are not targets kept: a target
@@ -586,8 +598,15 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 		c.mu.Unlock()
 		return
 	}
+	k := c.kept[t.Key]
+	k.probed = true
+	c.kept[t.Key] = k
 	if w, busy := c.writing[t.Key]; busy {
 		w.next, w.waits = recorded{t, p}, true
+		c.mu.Unlock()
+		return
+	}
+	if c.quiet(t.Key, p) {
 		c.mu.Unlock()
 		return
 	}
@@ -595,6 +614,35 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 	c.writes.Add(1)
 	c.mu.Unlock()
 	go c.writeLoop(recorded{t, p})
+}
+
+// keptLease is what this instance knows of a lease it holds.
+type keptLease struct {
+	// extended: when the lease was last extended (taken, written under,
+	// or extended by tend), by this instance's clock, before the call.
+	extended time.Time
+	// probed: a probe of its target was recorded since.
+	probed bool
+	// stored: when a status of ours was last stored under it, moved
+	// back by up to a rewrite period after a take (see write).
+	stored time.Time
+}
+
+// publishes reports whether a write of p for key, which this instance
+// holds, publishes it: its first since the lease was taken, or a
+// verdict, a counter or (with WAL) a position that differs from the last
+// one published. c.mu is held.
+func (c *Coordinator) publishes(key string, p health.Progress) bool {
+	last, pubd := c.published[key]
+	return !c.writtenBy[key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
+}
+
+// quiet reports whether p, recorded for key, which this instance holds,
+// is not written at all: nothing to publish, and our status stored under
+// the lease less than a rewrite period ago (see bounds.rewrite). The
+// lease is extended by tend meanwhile (see extend). c.mu is held.
+func (c *Coordinator) quiet(key string, p health.Progress) bool {
+	return !c.publishes(key, p) && time.Since(c.kept[key].stored) < c.b.rewrite()
 }
 
 // recorded is a verdict Record was given for a target.
@@ -632,9 +680,9 @@ func (c *Coordinator) writeLoop(r recorded) {
 // Record says.
 func (c *Coordinator) write(t health.Target, p health.Progress) {
 	c.mu.Lock()
-	write := c.mode == ModeCoordinated && c.held[t.Key]
-	last, pubd := c.published[t.Key]
-	publish := !c.writtenBy[t.Key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
+	write := c.mode == ModeCoordinated && c.held[t.Key] && !c.quiet(t.Key, p)
+	publish := c.publishes(t.Key, p)
+	first := !c.writtenBy[t.Key]
 	// The version proposed: Redis's clock as known here, or above the
 	// last one known when that is further on (writes within a
 	// microsecond, a clock behind).
@@ -697,6 +745,16 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 		if w.published {
 			c.published[t.Key] = p
 		}
+		// The status stays unwritten while its verdict does not change,
+		// for a rewrite period; after a take, for a part of it drawn at
+		// random, so that the rewrites of the statuses a fleet wrote at
+		// once (its start, a return) spread over the period rather than
+		// coming together.
+		stored := start
+		if first {
+			stored = stored.Add(-rand.N(c.b.rewrite()))
+		}
+		c.kept[t.Key] = keptLease{extended: start, stored: stored}
 		if r, had := c.known(t.Key); !had || v > r.version {
 			c.remote[t.Key] = remoteStatus{version: v, status: st, heard: true}
 			c.touch(t.Key)
@@ -718,8 +776,8 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !live && v < c.now()-c.b.storedAge().Microseconds() {
-		// A holder writes its status at every probe, so a stored status
-		// older than storedAge is no holder's any more: an old one
+		// A holder rewrites its status at least every rewrite period,
+		// so a stored status older than storedAge is no holder's any more: an old one
 		// stored again, perhaps, which an instance that knows nothing
 		// newer (a new one) would otherwise take. It checks the node
 		// itself instead.
@@ -956,6 +1014,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 	for _, k := range taken {
 		c.held[k] = true
 		c.writtenBy[k] = false
+		c.kept[k] = keptLease{extended: start}
 		own, found := c.own[k]
 		switch {
 		case c.returnOwners[k] == c.Token() && found:
@@ -976,6 +1035,59 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 	for _, k := range kick {
 		p.probeNow(k)
+	}
+	c.extend(ctx)
+}
+
+// extend extends the leases this instance holds whose statuses it did not
+// write for half a lease (see bounds.extendAfter), which a write would
+// have extended: those whose verdicts did not change (see quiet). Only
+// those probed since their last extension: a lease whose target this
+// instance no longer probes (its checker stuck, say) lapses, and its
+// owner takes it again. A lease Redis no longer has is not ours any more:
+// its target is probed here until a holder's status covers it, as after a
+// write refused (see write).
+func (c *Coordinator) extend(ctx context.Context) {
+	c.mu.Lock()
+	var keys []string
+	for k, kl := range c.kept {
+		switch {
+		case !c.held[k]:
+			delete(c.kept, k)
+		case kl.probed && time.Since(kl.extended) >= c.b.extendAfter():
+			keys = append(keys, k)
+		}
+	}
+	c.mu.Unlock()
+	if len(keys) == 0 {
+		return
+	}
+	start := time.Now()
+	lost, err := c.leases.ExtendAll(ctx, keys, c.b.ttl)
+	c.extensions.Add(int64(len(keys)))
+	if err != nil {
+		c.lost(ctx, start, err)
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.answered()
+	for _, k := range keys {
+		if kl, ok := c.kept[k]; ok && c.held[k] {
+			kl.extended, kl.probed = start, false
+			c.kept[k] = kl
+		}
+	}
+	for _, k := range lost {
+		if c.held[k] {
+			delete(c.held, k)
+			delete(c.kept, k)
+			c.rlog.Logf("lease lost", "lease of %s lost: Redis no longer has it", k)
+			c.signalKey(k)
+		}
+	}
+	if len(lost) > 0 {
+		c.observeLeases()
 	}
 }
 
@@ -1099,6 +1211,12 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 				c.returnUntil = time.Now().Add(c.b.handoff())
 			}
 			c.resyncAt = time.Now().Add(c.b.interval + c.b.timeout + c.b.cycle + c.stagger())
+			// A holder that never lost Redis publishes nothing again
+			// and rewrites a status whose verdict did not change only
+			// every rewrite period (see quiet): its statuses stored
+			// before the return count here once a read after that
+			// period finds them rewritten.
+			c.rereadAt = c.resyncAt.Add(c.b.rewrite())
 			c.safetyAt = c.resyncAt.Add(c.b.safetyEvery(len(members)))
 			// Leases this instance did not hold before the outage (the
 			// members changed meanwhile) come later: the fleet comes

@@ -32,7 +32,8 @@ type Fleet struct {
 	// no instance counts it.
 	Refused []string
 	// Cover is how old a stored status may be and still cover its key:
-	// its holder rewrites it at every probe (see KeyState.Stale).
+	// its holder rewrites it at least every five intervals, at once when
+	// it changes (see KeyState.Stale).
 	Cover time.Duration
 	// Keys holds, by key, the lease and status of every key asked for and
 	// of every key with a stored status.

@@ -32,9 +32,9 @@
 //     writer is the live member the fleet gives the key to and no gap in
 //     its writer's publishes has gone unrepaired for longer than a
 //     handoff (an interval, a probe and a cycle); one read from the store counts only when written
-//     within an interval, a probe, a cycle and a Redis call (its holder
-//     rewrites it at every probe, so an older one is an old one stored
-//     again); a holder that finds its stored status written by someone
+//     within a rewrite period (five intervals), an interval, a probe, a
+//     cycle and a Redis call (its holder rewrites it at least that often,
+//     so an older one is an old one stored again); a holder that finds its stored status written by someone
 //     else publishes its own again. A publish number or watermark counts
 //     only signed (with a secret), and one heard above its holder's
 //     watermark for longer than two cycles and two Redis calls is

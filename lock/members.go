@@ -443,6 +443,49 @@ func (l *Leases) SeizeAll(ctx context.Context, keys []string, ttl time.Duration)
 	return nil
 }
 
+// ExtendAll extends, in one round trip, the leases on keys, which this
+// instance holds, to ttl from now, and returns those Redis no longer has
+// (lapsed, released or deleted): they are not ours any more.
+//
+// It sets the expiry whoever holds the lease, one command per key: Redis
+// has no compare-and-expire, and a script would cost two more commands
+// per key (its call and a GET), or one call per key in Redis Cluster,
+// where the keys hash apart. That is safe, because a lease's value, not
+// its expiry, is what fences a status write (the write script compares
+// it): a lease another member took meanwhile, which this instance does
+// not know yet, only lasts as it would have if that member had extended
+// it, and this instance learns of it at its next write (refused, see
+// Coordinator.write), at the latest when that member's first status,
+// which is published, reaches it. A lease anyone stored (not a member's)
+// is void to the member the fleet gives the key to, whatever its expiry
+// (see TakeAll and SeizeAll).
+func (l *Leases) ExtendAll(ctx context.Context, keys []string, ttl time.Duration) (lost []string, err error) {
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	ctx, done := l.call(ctx)
+	defer done()
+	cmds := make([]*redis.BoolCmd, len(keys))
+	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, k := range keys {
+			cmds[i] = p.PExpire(ctx, leaseKey(l.prefix, k), ttl)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("lock: extend %d leases: %w", len(keys), err)
+	}
+	for i, c := range cmds {
+		if !c.Val() {
+			lost = append(lost, keys[i])
+		}
+	}
+	return lost, nil
+}
+
 // ReleaseAll gives up, in one round trip, the leases on keys that are ours.
 func (l *Leases) ReleaseAll(ctx context.Context, keys []string) error {
 	if len(keys) == 0 {

@@ -22,7 +22,9 @@ type readJob struct {
 //   - those of a holder that numbers nothing, every legacyResync, as
 //     every instance once read every status;
 //   - every stored status once the holders have rewritten theirs after a
-//     return (see plan), and every Resync as a safety net (see
+//     return (see plan): those that went local too at once, those that
+//     did not once their quiet statuses were rewritten (see
+//     bounds.rewrite); and every Resync as a safety net (see
 //     bounds.safetyEvery), each paced over about a cycle, so that a fleet
 //     reading together does not take Redis from its other calls.
 //
@@ -71,6 +73,9 @@ func (c *Coordinator) nextRead() (readJob, bool) {
 	switch {
 	case !c.resyncAt.IsZero() && !now.Before(c.resyncAt):
 		c.resyncAt = time.Time{}
+		j.all, j.after = true, true
+	case !c.rereadAt.IsZero() && !now.Before(c.rereadAt):
+		c.rereadAt = time.Time{}
 		j.all, j.after = true, true
 	case !c.safetyAt.IsZero() && !now.Before(c.safetyAt):
 		c.safetyAt = now.Add(c.b.safetyEvery(len(c.memberList)))
