@@ -174,7 +174,9 @@ type Coordinator struct {
 	mu           sync.Mutex
 	mode         string
 	targets      map[string]netip.AddrPort
-	targetsSet   bool // SetTargets was called (the registry's nodes are known, maybe none)
+	keyOf        map[string]string // each target's key, as SetTargets gave it (see intern)
+	tokens       map[string]string // each live member's token, as memberList holds it (see intern)
+	targetsSet   bool              // SetTargets was called (the registry's nodes are known, maybe none)
 	held         map[string]bool
 	remote       map[string]remoteStatus
 	own          map[string]health.Progress
@@ -403,9 +405,11 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.targets = make(map[string]netip.AddrPort, len(ts))
+	c.keyOf = make(map[string]string, len(ts))
 	c.targetsSet = true
 	for _, t := range ts {
 		c.targets[t.Key] = t.Addr
+		c.keyOf[t.Key] = t.Key
 	}
 	c.setOwners(c.owners)
 	// What this instance probed of targets that are gone is of no use;
@@ -472,7 +476,8 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.probes(t.Key, t.Addr) {
+	probe, covered := c.probing(t.Key, t.Addr)
+	if !probe {
 		// A live holder's status covers t: what this instance found
 		// before (in local mode, or before the holder's status came) is
 		// older than the holder's, and must not come back into the View
@@ -483,7 +488,7 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		// Unless the holder's status is on its way to what this
 		// instance found (see status.behind): that stays until the
 		// holder's next probe decides.
-		if c.covered(t.Key, t.Addr) && !c.remote[t.Key].behind(c.own[t.Key]) {
+		if covered && !c.remote[t.Key].behind(c.own[t.Key]) {
 			delete(c.own, t.Key)
 			c.touch(t.Key)
 		}
@@ -526,10 +531,26 @@ func (c *Coordinator) KeepSession(t health.Target) bool {
 // covers it, unless it is left to its owner for now (see deferred). c.mu
 // is held.
 func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
+	probe, _ := c.probing(key, addr)
+	return probe
+}
+
+// probing is probes, and, when this instance does not probe key, whether
+// a live holder's status covers it (see covered): each of the checker's
+// Claims asks both, and at thousands of targets an instance's Claims are
+// most of its work. c.mu is held.
+func (c *Coordinator) probing(key string, addr netip.AddrPort) (probe, covered bool) {
 	if c.mode == ModeLocal {
-		return !c.coveredLocal(key, addr)
+		if !c.coveredLocal(key, addr) {
+			return true, false
+		}
+		return false, c.covered(key, addr)
 	}
-	return c.held[key] || !c.covered(key, addr) && !c.deferred(key)
+	if c.held[key] {
+		return true, false
+	}
+	covered = c.covered(key, addr)
+	return !covered && !c.deferred(key), covered
 }
 
 // localCover is, in local mode, a status of another holder that covered
@@ -762,6 +783,24 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 	}
 }
 
+// intern returns key and holder as the same strings this instance's
+// targets and members are held in, when they are among them: a status
+// applied is looked up at every Claim of its key, and compared with its
+// key's owner, and strings that share their bytes compare without reading
+// them (at thousands of targets, reading a status's own copy of its key
+// and holder misses the CPU's caches). c.mu is held.
+func (c *Coordinator) intern(key, holder string) (string, string) {
+	if k, ok := c.keyOf[key]; ok {
+		key = k
+	}
+	if holder == c.Token() {
+		holder = c.Token()
+	} else if tok, ok := c.tokens[holder]; ok {
+		holder = tok
+	}
+	return key, holder
+}
+
 // applyRemote applies a status read from Redis, live (published) or from a
 // resync. Statuses that fail vetting and older versions are dropped.
 func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
@@ -775,6 +814,7 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	key, st.Holder = c.intern(key, st.Holder)
 	if !live && v < c.now()-c.b.storedAge().Microseconds() {
 		// A holder rewrites its status at least every rewrite period,
 		// so a stored status older than storedAge is no holder's any more: an old one
@@ -1244,8 +1284,10 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			next = &ownership{rank: rank, owners: rank.owners(slices.Collect(maps.Keys(c.targets)))}
 		}
 		c.members = make(map[string]bool, len(members))
+		c.tokens = make(map[string]string, len(members))
 		for _, tok := range members {
 			c.members[tok] = true
+			c.tokens[tok] = tok
 		}
 		c.memberList = members
 		c.rank = next.rank
