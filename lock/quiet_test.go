@@ -2,8 +2,13 @@ package lock
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/redistest"
@@ -77,5 +82,111 @@ func TestQuietStatusLeaseKept(t *testing.T) {
 	eventually(t, 10*time.Second, "the lease of a target no longer probed did not lapse", func() bool { return !ours() })
 	if d := time.Since(stopped); d < b.extendAfter() {
 		t.Errorf("the lease lapsed %v after the last probe, before half a lease (%v): not extended while probed", d, b.extendAfter())
+	}
+}
+
+// failCalls is a go-redis hook that fails every command and pipeline of one
+// client while on, as a network that lost Redis for one instance would
+// (its subscription's connection aside).
+type failCalls struct{ on *atomic.Bool }
+
+var errCutOff = errors.New("cut off from Redis (test)")
+
+func (failCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h failCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			cmd.SetErr(errCutOff)
+			return errCutOff
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h failCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			for _, c := range cmds {
+				c.SetErr(errCutOff)
+			}
+			return errCutOff
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An instance that lost Redis alone, while the others went on, comes back
+// to probing only its own share once the others' quiet statuses (stored
+// before its return, and neither published nor rewritten since, see
+// bounds.rewrite) have been rewritten: it reads every status again then,
+// rather than probing the others' targets until its next safety read
+// (every 5 minutes).
+func TestQuietReturnAlone(t *testing.T) {
+	const n, interval, timeout = 60, 400 * time.Millisecond, 200 * time.Millisecond
+	srv := redistest.Start(t)
+	targets := targetsOn(t, n)
+	var cut atomic.Bool
+	var mu sync.Mutex
+	var probes []time.Time // instance 0's probe starts
+	var ins []*instance
+	for i := range 3 {
+		rdb := newClient(t, srv)
+		if i == 0 {
+			rdb.AddHook(failCalls{on: &cut})
+		}
+		hc := health.Config{Check: health.CheckTCP, Interval: interval, Timeout: timeout, Rise: 1, Fall: 1}
+		if i == 0 {
+			hc.Observe = func(_, _ string, d time.Duration) {
+				mu.Lock()
+				defer mu.Unlock()
+				probes = append(probes, time.Now().Add(-d))
+			}
+		}
+		ins = append(ins, startChecked(t, rdb, nil, Config{Prefix: "fleet:", Interval: interval, Timeout: timeout, Logf: t.Logf}, hc))
+	}
+	eventually(t, 20*time.Second, "every instance a member of the fleet", func() bool {
+		for _, in := range ins {
+			if in.coord.Members() != len(ins) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, in := range ins {
+		in.coord.SetTargets(targets)
+		in.check.SetTargets(targets)
+	}
+	eventually(t, 20*time.Second, "every instance sees every target up", allState(ins, targets, health.Up))
+	lone := ins[0].coord
+	b := lone.b
+
+	cut.Store(true)
+	eventually(t, 20*time.Second, "the instance cut off from Redis local", func() bool { return lone.Mode() == ModeLocal })
+	local := time.Now()
+	eventually(t, 10*time.Second, "two intervals in local mode", func() bool { return time.Since(local) > 2*interval })
+	cut.Store(false)
+	eventually(t, 20*time.Second, "the instance coordinating again", func() bool { return lone.Mode() == ModeCoordinated })
+	back := time.Now()
+
+	// Its read of every status after the others' rewrites: a cycle, a
+	// stagger (under a cycle), an interval and a timeout after its
+	// return, and a rewrite period. An interval more for the probes
+	// under way, then one interval counted.
+	from := back.Add(b.rewrite() + 3*b.interval + b.timeout + 2*b.cycle)
+	to := from.Add(b.interval)
+	eventually(t, 30*time.Second, "the interval counted", func() bool { return time.Now().After(to) })
+	mu.Lock()
+	got := 0
+	for _, at := range probes {
+		if !at.Before(from) && at.Before(to) {
+			got++
+		}
+	}
+	mu.Unlock()
+	share := len(lone.Held())
+	t.Logf("back %v after it went local; in the interval from %v after its return: %d probes, holding %d of %d targets", back.Sub(local).Round(time.Millisecond), from.Sub(back).Round(time.Millisecond), got, share, n)
+	if limit := share*13/10 + 2; got > limit || share == 0 || share == n {
+		t.Errorf("%d probes in an interval from %v after its return, holding %d of %d targets (at most %d): it still probes the others' targets", got, from.Sub(back).Round(time.Millisecond), share, n, limit)
 	}
 }
