@@ -260,6 +260,7 @@ type scaleSnap struct {
 	cpu                  time.Duration
 	writes, published    int64
 	sent, trips, resyncs int64
+	views                int64
 	perTarget            []int32
 	load                 string // the machine's load average
 }
@@ -272,7 +273,7 @@ func (fl *scaleFleet) snap(b *testing.B) scaleSnap {
 		fmt.Printf("scale: Redis did not answer INFO: %v\n", err)
 	}
 	s := scaleSnap{at: time.Now(), redis: rs, cpu: processCPU(), writes: fl.writes.Load(), published: fl.published.Load(),
-		sent: fl.sent.Load(), trips: fl.trips.Load(), resyncs: fl.resyncs.Load(), perTarget: make([]int32, len(fl.perTarget)), load: loadAverage()}
+		sent: fl.sent.Load(), trips: fl.trips.Load(), resyncs: fl.resyncs.Load(), views: fl.views.Load(), perTarget: make([]int32, len(fl.perTarget)), load: loadAverage()}
 	for i := range fl.perTarget {
 		s.perTarget[i] = fl.perTarget[i].Load()
 	}
@@ -343,8 +344,8 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	} else {
 		say("Redis: NO FIGURES, it did not answer INFO within a minute; %s status writes/s", thousands(writes/secs))
 	}
-	say("the instances sent %s commands/s in %s round trips/s; %.1f resyncs per instance",
-		thousands(float64(to.sent-from.sent)/secs), thousands(float64(to.trips-from.trips)/secs), float64(to.resyncs-from.resyncs)/float64(n))
+	say("the instances sent %s commands/s in %s round trips/s; %.1f resyncs per instance; %.2f Views made per instance per second",
+		thousands(float64(to.sent-from.sent)/secs), thousands(float64(to.trips-from.trips)/secs), float64(to.resyncs-from.resyncs)/float64(n), float64(to.views-from.views)/secs/float64(n))
 
 	pings := fl.pings(from.at, to.at)
 	say("  Redis PING from the harness every %v: p50 %v, p99 %v, max %v; simulated checks ran at most %v late; load average %s, then %s",
@@ -366,6 +367,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	rng := rand.New(rand.NewPCG(uint64(n), uint64(m)))
 	flipWait := time.Duration(scaleFall+scaleRise)*scaleInterval + 10*time.Second
 	slowErr := slowRedis(context.Background(), fl.admin)
+	views := fl.views.Load()
 	for range flips {
 		keys := make([]int32, 0, scaleFlipKeys)
 		for _, k := range rng.Perm(m)[:min(scaleFlipKeys, m)] {
@@ -389,6 +391,8 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 			flips, scaleFlipKeys, ms3(quantile(spread, 0.5)), ms3(quantile(spread, 0.9)), ms3(quantile(spread, 0.99)), ms3(spread[len(spread)-1]),
 			ms3(quantile(first, 0.5)), ms3(first[len(first)-1]), ms3(quantile(all, 0.5)), ms3(quantile(all, 0.99)), ms3(all[len(all)-1]))
 		b.ReportMetric(float64(quantile(spread, 0.99))/float64(time.Millisecond), "flip-spread-p99-ms")
+		say("  during the flips: %.1f Views made per instance per flip of a backend (each a copy of all %d entries)",
+			float64(fl.views.Load()-views)/float64(n)/float64(2*flips*min(scaleFlipKeys, m)), m)
 		fl.flipCauses(say, slowErr)
 	}
 	if missed > 0 {

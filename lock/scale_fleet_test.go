@@ -71,6 +71,7 @@ type scaleFleet struct {
 
 	writes, published, fencedOut atomic.Int64 // status writes (Observer.Write)
 	resyncs, resyncErrs          atomic.Int64
+	views                        atomic.Int64 // Views the instances made (each a copy of every target's entry)
 	applied, stale, rejected     atomic.Int64 // statuses read (Observer.Message)
 	sent, trips                  atomic.Int64 // commands the instances sent, round trips
 	delayed, waitMax             atomic.Int64 // probes that waited for the budget, the longest wait (ns)
@@ -404,6 +405,7 @@ func (fl *scaleFleet) poll(d time.Duration, cond func() bool) bool {
 
 // apply hears the View of in, instance i.
 func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
+	fl.views.Add(1)
 	in.shown.Store(true)
 	if fl.settling.Load() {
 		up := 0
