@@ -285,6 +285,11 @@ func (o fleetObserver) Propagation(d time.Duration) {
 	redisPropagation.WithLabelValues(o.zone).Observe(d.Seconds())
 }
 
+func (o fleetObserver) Extend(extended, lost int) {
+	redisExtensions.WithLabelValues(o.zone, "extended").Add(float64(extended))
+	redisExtensions.WithLabelValues(o.zone, "lost").Add(float64(lost))
+}
+
 func (o fleetObserver) Write(ok, published bool) {
 	result := "fenced"
 	switch {

@@ -173,7 +173,14 @@ var (
 		Namespace: plugin.Namespace,
 		Subsystem: "pgcluster",
 		Name:      "redis_writes_total",
-		Help:      "Counter of this instance's status writes, by result: published (changed, sent to the fleet), stored (unchanged, lease renewed), fenced (refused: the lease is another instance's).",
+		Help:      "Counter of this instance's status writes, by result: published (changed, sent to the fleet), stored (unchanged, rewritten every five intervals), fenced (refused: the lease is another instance's).",
+	}, []string{"zone", "result"})
+
+	redisExtensions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Namespace: plugin.Namespace,
+		Subsystem: "pgcluster",
+		Name:      "redis_lease_extensions_total",
+		Help:      "Counter of this instance's leases extended between status writes (their nodes' verdicts unchanged), by result: extended, lost (Redis no longer had the lease).",
 	}, []string{"zone", "result"})
 
 	redisResyncs = promauto.NewCounterVec(prometheus.CounterOpts{

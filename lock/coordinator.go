@@ -118,6 +118,7 @@ type Observer interface {
 	Resync(err error)              // a read of every stored status ended
 	Propagation(d time.Duration)   // from a holder's write to its status applied here
 	Write(ok bool, published bool) // a status write of ours: fenced in (ok) or out, published or only stored
+	Extend(extended, lost int)     // leases extended without a write (see extend), and those Redis no longer had
 }
 
 // Coordinator shares the health checks of a set of targets between the
@@ -218,7 +219,7 @@ type Coordinator struct {
 	synced       chan struct{}        // closed once the first subscription read every stored status, or did not
 	syncOnce     sync.Once            // closes synced
 	gapReads     atomic.Int64         // reads of holders' statuses after a gap
-	extensions   atomic.Int64         // leases extended without a write (see extend)
+	extensions   atomic.Int64         // PEXPIREs sent to extend leases between writes (see extend)
 	writing      map[string]*keyWrite // keys with a status write in flight (see Record)
 	closing      bool                 // Run is ending: no more writes start
 	writes       sync.WaitGroup       // the writes in flight
@@ -1104,11 +1105,12 @@ func (c *Coordinator) extend(ctx context.Context) {
 	}
 	start := time.Now()
 	lost, err := c.leases.ExtendAll(ctx, keys, c.b.ttl)
-	c.extensions.Add(int64(len(keys)))
 	if err != nil {
 		c.lost(ctx, start, err)
 		return
 	}
+	c.extensions.Add(int64(len(keys)))
+	c.observe(func(o Observer) { o.Extend(len(keys)-len(lost), len(lost)) })
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.answered()

@@ -46,6 +46,7 @@ func (o feedObserver) Leases(int)                { o.in.upsets.Add(1) }
 func (o feedObserver) Message(string)            {}
 func (o feedObserver) Resync(error)              { o.in.upsets.Add(1) }
 func (o feedObserver) Propagation(time.Duration) {}
+func (o feedObserver) Extend(int, int)           {}
 func (o feedObserver) Write(ok, _ bool) {
 	if ok {
 		o.in.writes.Add(1)
@@ -416,6 +417,7 @@ func (r resyncCounter) Mode(string)               {}
 func (r resyncCounter) Leases(int)                {}
 func (r resyncCounter) Message(string)            {}
 func (r resyncCounter) Propagation(time.Duration) {}
+func (r resyncCounter) Extend(int, int)           {}
 func (r resyncCounter) Write(bool, bool)          {}
 func (r resyncCounter) Resync(error)              { r.n.Add(1) }
 

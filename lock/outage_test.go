@@ -29,6 +29,7 @@ func (m *modes) Leases(int)                {}
 func (m *modes) Message(string)            {}
 func (m *modes) Resync(error)              {}
 func (m *modes) Propagation(time.Duration) {}
+func (m *modes) Extend(int, int)           {}
 func (m *modes) Write(ok, _ bool) {
 	if ok {
 		m.wrote.Add(1)

@@ -130,6 +130,7 @@ func (o scaleObserver) Mode(mode string) {
 
 func (o scaleObserver) Leases(int)                {}
 func (o scaleObserver) Propagation(time.Duration) {}
+func (o scaleObserver) Extend(int, int)           {}
 
 func (o scaleObserver) Message(result string) {
 	switch result {

@@ -21,6 +21,7 @@ func (c *counter) Mode(string)               {}
 func (c *counter) Leases(int)                {}
 func (c *counter) Resync(error)              {}
 func (c *counter) Propagation(time.Duration) {}
+func (c *counter) Extend(int, int)           {}
 func (c *counter) Write(bool, bool)          {}
 func (c *counter) Message(result string) {
 	c.mu.Lock()

@@ -160,6 +160,8 @@ var (
 	modeLocal       = `coredns_pgcluster_redis_mode{mode="local",zone="` + Zone + `"}`
 	leasesMetric    = fleetMetric("coredns_pgcluster_redis_leases")
 	fencedMetric    = `coredns_pgcluster_redis_writes_total{result="fenced",zone="` + Zone + `"}`
+	storedMetric    = `coredns_pgcluster_redis_writes_total{result="stored",zone="` + Zone + `"}`
+	extendedMetric  = `coredns_pgcluster_redis_lease_extensions_total{result="extended",zone="` + Zone + `"}`
 )
 
 // coordinated checks that every instance is coordinated and that the
@@ -325,9 +327,24 @@ func TestFleetRedis(t *testing.T) {
 	}
 
 	// One prober per backend: about one probe per interval, not three.
+	// And its verdicts unchanged, a holder does not write them at every
+	// probe: it extends the leases between its rewrites (every five
+	// intervals).
+	stored := map[*Instance]float64{}
+	for _, in := range ins {
+		stored[in] = metric(t, in, storedMetric)
+	}
 	from := time.Now()
 	time.Sleep(3 * time.Second) // a measurement window
 	to := time.Now()
+	for _, in := range ins {
+		leases := metric(t, in, leasesMetric)
+		writes, extended := metric(t, in, storedMetric)-stored[in], metric(t, in, extendedMetric)
+		t.Logf("%s: %v leases, %v unchanged statuses stored in %v, %v leases extended in all", in.Addr(), leases, writes, to.Sub(from).Round(time.Millisecond), extended)
+		if perProbe := writes / (leases * float64(to.Sub(from)/interval)); leases > 0 && (extended == 0 || perProbe > 0.5) {
+			t.Errorf("%s holds %v leases: %v unchanged statuses stored in %v (%.2f per probe), %v leases extended: rewritten at probes", in.Addr(), leases, writes, to.Sub(from).Round(time.Millisecond), perProbe, extended)
+		}
+	}
 	single := float64(to.Sub(from) / interval)
 	for i, b := range f.backends {
 		n := float64(len(b.AcceptsIn(from, to)))
