@@ -39,8 +39,9 @@ const (
 	// enough that the statuses of removed nodes do not pile up.
 	statusTTL = time.Hour
 	// statusTTLEvery: a holder rewrites its statuses at least every
-	// rewrite period (see bounds.rewrite), and sets their expiry once per this period of their versions, not at
-	// every write (one command per write less for Redis to run).
+	// rewrite period (see bounds.rewrite), and sets their expiry once per
+	// this period of their versions, not at every write (one command per
+	// write less for Redis to run).
 	statusTTLEvery = statusTTL / 4
 )
 
@@ -601,7 +602,9 @@ func (c *Coordinator) vouched(key string, r remoteStatus) bool {
 // renewing the lease, and published, with the next number of this
 // instance's publishes, when it differs from the last one published (or
 // when someone else wrote the stored status meanwhile, see
-// WriteOptions.Expect).
+// WriteOptions.Expect); one that does not is written only once the
+// status stored is a rewrite period old (see quiet), and its lease
+// extended meanwhile (see extend).
 //
 // The write happens beside the probes, never in their way: a Redis that is
 // frozen or slow holds up the status, not the next probe, so that this
@@ -620,9 +623,9 @@ func (c *Coordinator) Record(t health.Target, p health.Progress) {
 		c.mu.Unlock()
 		return
 	}
-	k := c.kept[t.Key]
-	k.probed = true
-	c.kept[t.Key] = k
+	kl := c.kept[t.Key]
+	kl.probed = true
+	c.kept[t.Key] = kl
 	if w, busy := c.writing[t.Key]; busy {
 		w.next, w.waits = recorded{t, p}, true
 		c.mu.Unlock()
@@ -817,11 +820,11 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	defer c.mu.Unlock()
 	key, st.Holder = c.intern(key, st.Holder)
 	if !live && v < c.now()-c.b.storedAge().Microseconds() {
-		// A holder rewrites its status at least every rewrite period,
-		// so a stored status older than storedAge is no holder's any more: an old one
-		// stored again, perhaps, which an instance that knows nothing
-		// newer (a new one) would otherwise take. It checks the node
-		// itself instead.
+		// A holder rewrites its status at least every rewrite
+		// period, so a stored status older than storedAge is no
+		// holder's any more: an old one stored again, perhaps, which an
+		// instance that knows nothing newer (a new one) would otherwise
+		// take. It checks the node itself instead.
 		return
 	}
 	r, had := c.known(key)

@@ -457,8 +457,8 @@ func (l *Leases) SeizeAll(ctx context.Context, keys []string, ttl time.Duration)
 // it, and this instance learns of it at its next write (refused, see
 // Coordinator.write), at the latest when that member's first status,
 // which is published, reaches it. A lease anyone stored (not a member's)
-// is void to the member the fleet gives the key to, whatever its expiry
-// (see TakeAll and SeizeAll).
+// is void, whatever its expiry, to the member the fleet gives the key to
+// once its take failed a round (see TakeAll and SeizeAll).
 func (l *Leases) ExtendAll(ctx context.Context, keys []string, ttl time.Duration) (lost []string, err error) {
 	if len(keys) == 0 {
 		return nil, nil
