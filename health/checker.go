@@ -79,6 +79,10 @@ type worker struct {
 	// urgent: the server ended the session; the next probe takes the
 	// target Down at once if the server refuses or says it is going.
 	urgent bool
+	// owed: a session poll went unanswered; the next probe is the one
+	// owed at once (a dead host sends no reset), and when it is seen late
+	// (not judged, see LateAfter), another follows at once too.
+	owed bool
 	// again: ProbeNow came while a tick ran: the next tick runs at once.
 	again bool
 	// queued: the probe waits for the probe budget (budget.admit).
@@ -308,7 +312,7 @@ func (c *Checker) granted(r *run, w *worker, waited time.Duration) bool {
 func (c *Checker) check(r *run, w *worker) {
 	start := time.Now()
 	keep := false
-	urgent := w.takeUrgent()
+	urgent, owed := w.takeUrgent()
 	starve.Look()
 	res := c.probeOnce(w.ctx, w.t.Addr)
 	took := time.Since(start)
@@ -326,9 +330,9 @@ func (c *Checker) check(r *run, w *worker) {
 			w.late++
 			c.recorded(r, w, false, false)
 			w.trMu.Unlock()
-			if urgent {
+			if urgent || owed {
 				w.mu.Lock()
-				w.urgent, w.again = true, true
+				w.urgent, w.owed, w.again = w.urgent || urgent, w.owed || owed, true
 				w.mu.Unlock()
 			}
 			if c.cfg.Observe != nil {
@@ -511,13 +515,13 @@ func (c *Checker) recorded(r *run, w *worker, changed, walMoved bool) {
 	c.report(r, w, w.tr.v, changed, walMoved)
 }
 
-// takeUrgent reports and clears w.urgent.
-func (w *worker) takeUrgent() bool {
+// takeUrgent reports and clears w.urgent and w.owed.
+func (w *worker) takeUrgent() (urgent, owed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	u := w.urgent
-	w.urgent = false
-	return u
+	urgent, owed = w.urgent, w.owed
+	w.urgent, w.owed = false, false
+	return urgent, owed
 }
 
 // claim reports whether this tick probes w: always without Shared; with it,

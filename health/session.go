@@ -204,6 +204,9 @@ func (c *Checker) sessionFailed(r *run, w *worker, s *session, err error, closed
 		if !timeout {
 			return
 		}
+		w.mu.Lock()
+		w.owed = true
+		w.mu.Unlock()
 	} else {
 		w.mu.Lock()
 		w.urgent = true

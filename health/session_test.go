@@ -192,6 +192,53 @@ func TestSessionPollTimeoutCounts(t *testing.T) {
 	waitSessions(t, &open, 0)
 }
 
+// The probe owed at once after a session poll that went unanswered may
+// itself be seen late (the process starved of CPU, see LateAfter): it is
+// not judged, and another follows at once, not an Interval (10 s) on, so
+// that the frozen host still leaves within a few Timeouts. Here the first
+// probe after the freeze stands for a starved process: it returns its
+// timeout a Timeout late, and so does the next: as many as the late rule
+// leaves unjudged in a row (Fall).
+func TestSessionPollTimeoutLateProbe(t *testing.T) {
+	pg := pgtest.New(t)
+	fz := newFreezer(t, pgAddr(pg))
+	var open atomic.Int32
+	var late atomic.Int32 // probes still to be seen late
+	var lates atomic.Int32
+	cfg := sessionConfig(&open)
+	cfg.Observe = func(_, cause string, _ time.Duration) {
+		if cause == CauseLate {
+			lates.Add(1)
+		}
+	}
+	c := mustNew(t, cfg)
+	inner := c.probe
+	late.Store(-1 << 20)
+	c.probe = func(ctx context.Context, addr netip.AddrPort) result {
+		if late.Add(-1) >= 0 {
+			<-ctx.Done()
+			time.Sleep(cfg.Timeout) // the process ran again only now
+			return failure(CauseTimeout, ctx.Err())
+		}
+		return inner(ctx, addr)
+	}
+	c.SetTargets([]Target{{"c/pg", fz.addr}})
+	rec, _ := start(t, c, 0)
+	probeFirst(t, c, "c/pg")
+	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
+	waitSessions(t, &open, 1)
+	begun := time.Now()
+	late.Store(int32(cfg.Fall))
+	fz.freeze()
+	v := rec.waitVerdict("c/pg", 9*time.Second, isState(Down, CauseTimeout))
+	took := time.Since(begun)
+	t.Logf("down (%s: %s) %v after the host froze; %d probes seen late", v.Cause, v.Detail, took.Round(time.Millisecond), lates.Load())
+	if lates.Load() == 0 {
+		t.Errorf("no probe was seen late: the test did not starve the probe owed after the poll")
+	}
+	waitSessions(t, &open, 0)
+}
+
 // Sessions are kept only where they may be: not with NoSessions, not for a
 // Shared that does not implement Sessions, and with one that does, only
 // for the targets it allows.
