@@ -29,6 +29,9 @@ type probeFunc func(ctx context.Context, addr netip.AddrPort) result
 type Checker struct {
 	cfg   Config
 	probe probeFunc
+	// starved reports whether this process was starved of CPU since a
+	// probe's start (starve.Since), which makes its timeout seen late.
+	starved func(time.Time) bool
 
 	polls atomic.Int64 // role polls run on the sessions, for the benchmarks
 
