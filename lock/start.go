@@ -301,11 +301,10 @@ func (c *Coordinator) unchecked() (kick, wait []string) {
 		if _, ok := c.own[k]; ok {
 			continue
 		}
-		probe, covered := c.probes(k, addr)
 		switch {
-		case probe && !c.held[k]:
+		case c.probes(k, addr) && !c.held[k]:
 			kick = append(kick, k)
-		case probe || !covered:
+		case c.probes(k, addr) || !c.covered(k, addr):
 			wait = append(wait, k)
 		}
 	}
