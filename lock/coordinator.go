@@ -478,7 +478,7 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	probe, covered := c.probing(t.Key, t.Addr)
+	probe, covered := c.probes(t.Key, t.Addr)
 	if !probe {
 		// A live holder's status covers t: what this instance found
 		// before (in local mode, or before the holder's status came) is
@@ -530,18 +530,12 @@ func (c *Coordinator) KeepSession(t health.Target) bool {
 // probes reports whether this instance probes key at addr: in local
 // mode, unless another holder's status still covers it (see goLocal);
 // otherwise while it holds the lease, and while no live holder's status
-// covers it, unless it is left to its owner for now (see deferred). c.mu
-// is held.
-func (c *Coordinator) probes(key string, addr netip.AddrPort) bool {
-	probe, _ := c.probing(key, addr)
-	return probe
-}
-
-// probing is probes, and, when this instance does not probe key, whether
-// a live holder's status covers it (see covered): each of the checker's
-// Claims asks both, and at thousands of targets an instance's Claims are
-// most of its work. c.mu is held.
-func (c *Coordinator) probing(key string, addr netip.AddrPort) (probe, covered bool) {
+// covers it, unless it is left to its owner for now (see deferred).
+// It reports too, when this instance does not probe key, whether a live
+// holder's status covers it (see covered): each of the checker's Claims
+// asks both, and at thousands of targets an instance's Claims are most of
+// its work. c.mu is held.
+func (c *Coordinator) probes(key string, addr netip.AddrPort) (probe, covered bool) {
 	if c.mode == ModeLocal {
 		if !c.coveredLocal(key, addr) {
 			return true, false

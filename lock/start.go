@@ -301,10 +301,11 @@ func (c *Coordinator) unchecked() (kick, wait []string) {
 		if _, ok := c.own[k]; ok {
 			continue
 		}
+		probe, covered := c.probes(k, addr)
 		switch {
-		case c.probes(k, addr) && !c.held[k]:
+		case probe && !c.held[k]:
 			kick = append(kick, k)
-		case c.probes(k, addr) || !c.covered(k, addr):
+		case probe || !covered:
 			wait = append(wait, k)
 		}
 	}
