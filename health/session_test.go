@@ -211,22 +211,18 @@ func TestSessionPollTimeoutLateProbe(t *testing.T) {
 			lates.Add(1)
 		}
 	}
-	c := mustNew(t, cfg)
-	inner := c.probe
 	late.Store(-1 << 20)
-	c.probe = func(ctx context.Context, addr netip.AddrPort) result {
-		if late.Add(-1) >= 0 {
-			<-ctx.Done()
-			time.Sleep(cfg.Timeout) // the process ran again only now
-			return failure(CauseTimeout, ctx.Err())
+	rec := startOneSessionWith(t, cfg, fz.addr, &open, func(c *Checker) {
+		inner := c.probe
+		c.probe = func(ctx context.Context, addr netip.AddrPort) result {
+			if late.Add(-1) >= 0 {
+				<-ctx.Done()
+				time.Sleep(cfg.Timeout) // the process ran again only now
+				return failure(CauseTimeout, ctx.Err())
+			}
+			return inner(ctx, addr)
 		}
-		return inner(ctx, addr)
-	}
-	c.SetTargets([]Target{{"c/pg", fz.addr}})
-	rec, _ := start(t, c, 0)
-	probeFirst(t, c, "c/pg")
-	rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
-	waitSessions(t, &open, 1)
+	})
 	begun := time.Now()
 	late.Store(int32(cfg.Fall))
 	fz.freeze()
@@ -345,7 +341,17 @@ func (s sessionShared) KeepSession(t Target) bool   { return t.Key == s.keep }
 // (counted in open, cfg's ObserveSession).
 func startOneSession(t *testing.T, cfg Config, addr netip.AddrPort, open *atomic.Int32) *recorder {
 	t.Helper()
+	return startOneSessionWith(t, cfg, addr, open, nil)
+}
+
+// startOneSessionWith is startOneSession, calling setup, when given, with
+// the checker before it runs.
+func startOneSessionWith(t *testing.T, cfg Config, addr netip.AddrPort, open *atomic.Int32, setup func(*Checker)) *recorder {
+	t.Helper()
 	c := mustNew(t, cfg)
+	if setup != nil {
+		setup(c)
+	}
 	c.SetTargets([]Target{{"c/pg", addr}})
 	rec, _ := start(t, c, 0)
 	probeFirst(t, c, "c/pg")
