@@ -258,6 +258,15 @@ func (c *Coordinator) readPast(marks map[string]uint64, at int64) {
 func (c *Coordinator) beforeResync() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A subscription made again may follow a Redis that lost what it
+	// stored (a restart, a fail-over to a replica behind): each status
+	// this instance holds is written again at its next probe, not a
+	// rewrite period on (see quiet), so that a lost lease is found by
+	// that write and a lost status stored and published again.
+	for k, kl := range c.kept {
+		kl.stored = time.Time{}
+		c.kept[k] = kl
+	}
 	if c.mode != ModeCoordinated || !c.resyncAt.IsZero() {
 		c.syncOnce.Do(func() { close(c.synced) })
 		return false
