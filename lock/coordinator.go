@@ -192,8 +192,8 @@ type Coordinator struct {
 	rank         ranking                    // memberList, for rendezvous hashing
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
-	joinedAt     int64                      // Redis µs when we came back after an outage: statuses before are not trusted unless heard since
-	localAt      int64                      // Redis µs, as known here, when we last went local
+	joinedAt     int64                      // Redis µs when we last came back after an outage
+	localAt      int64                      // Redis µs, as known here, when we last went local: statuses written before are not trusted (see covered)
 	localCover   map[string]localCover      // in local mode, the others' statuses that still cover their keys until (see goLocal)
 	failingSince time.Time                  // when the first failure of the current failure streak came (see failed)
 	answeredAt   time.Time                  // when Redis last answered a call of ours (see failed)
@@ -232,10 +232,6 @@ type Coordinator struct {
 type remoteStatus struct {
 	version int64
 	status
-	// heard: published since this instance's last return (or its own
-	// write), with a version from after it last went local: its holder
-	// wrote it after the outage began.
-	heard bool
 }
 
 // NewCoordinator returns a Coordinator of a new instance on rdb.
@@ -565,17 +561,17 @@ func (c *Coordinator) coveredLocal(key string, addr netip.AddrPort) bool {
 }
 
 // covered reports whether a live holder's status covers key at addr: a
-// status for that address, not older than this instance's return unless
-// published since (a holder's first write after taking its lease back is
-// published, see write), that
-// covers the key by the fleet's bounds (bounds.stale: by the live member
+// status for that address, written after this instance last went local
+// (one written before may say what its holder found before the outage:
+// a Redis frozen, or restarted from a snapshot, gives it back as it
+// was), that covers the key by the fleet's bounds (bounds.stale: by the live member
 // the fleet gives the key to, with nothing its holder published missing
 // here beyond a handoff, see asOf), and not by this instance unless it still holds the
 // lease (one that lost it to anyone's write probes the key itself until
 // it takes the lease back). c.mu is held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	r, ok := c.known(key)
-	if !ok || r.Addr != addr || r.version < c.joinedAt && !r.heard || r.Holder == c.Token() && !c.held[key] {
+	if !ok || r.Addr != addr || r.version < c.localAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
 	return c.vouched(key, r)
@@ -775,7 +771,7 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 		}
 		c.kept[t.Key] = keptLease{extended: start, stored: stored}
 		if r, had := c.known(t.Key); !had || v > r.version {
-			c.remote[t.Key] = remoteStatus{version: v, status: st, heard: true}
+			c.remote[t.Key] = remoteStatus{version: v, status: st}
 			c.touch(t.Key)
 		}
 	}
@@ -831,11 +827,12 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		}
 		return
 	}
-	// Heard, unless written before this instance last went local: a
-	// message Redis published before it stopped (SIGSTOP, a pause) can
-	// reach the subscription only after the return, and says what its
-	// holder found before the outage, not since.
-	c.remote[key] = remoteStatus{version: v, status: st, heard: live && v >= c.localAt}
+	// One written before this instance last went local covers nothing
+	// (see covered): a message Redis published before it stopped
+	// (SIGSTOP, a pause) can reach the subscription only after the
+	// return, and says what its holder found before the outage, not
+	// since.
+	c.remote[key] = remoteStatus{version: v, status: st}
 	c.touch(key)
 	if live && c.held[key] && st.Holder != c.Token() {
 		// A newer status of a key this instance holds, written by
@@ -1218,23 +1215,20 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	rejoin := false
 	if c.mode != ModeCoordinated {
 		if c.mode == ModeLocal {
-			// A return: statuses stored before it may predate the
-			// outage. Trust them only once published again (a
-			// holder's first write after taking its lease back is),
-			// or rewritten, which a read of every status after every
-			// holder has probed once will show (see reads). One
-			// heard since this instance went local was published
-			// since (by a holder that came back before this one, or
-			// that never lost Redis): it stays trusted.
+			// A return: statuses stored before this instance went
+			// local may predate the outage. They cover nothing (see
+			// covered) until published again (a holder's first write
+			// after taking its lease back is) or rewritten, which a
+			// read of every status after every holder has probed
+			// once will show (see reads). One written since, however
+			// it reaches this instance (heard, or read: a
+			// subscription made again after a Redis restart misses
+			// what was published before it), was written after the
+			// outage began, by a holder that came back before this
+			// one or that never lost Redis: it counts at once.
 			rejoin = true
 			c.joinedAt = m.Now.UnixMicro()
 			c.localCover = nil
-			for k, r := range c.remote {
-				if r.version < c.localAt {
-					r.heard = false
-					c.remote[k] = r
-				}
-			}
 			// Each target stays with the member that held it before
 			// the outage: that member takes it back at once (below)
 			// and writes what it found in local mode, and the others
