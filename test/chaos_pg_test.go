@@ -193,7 +193,7 @@ func (r *chaosRun) switchover() time.Duration {
 // role=primary.
 func (r *chaosRun) recordRoles(primary, standby *switchoverNode) time.Duration {
 	r.untilAll(time.Now(), registryUp, 1)
-	r.oneFollower(chaosPGFollowTimeout)
+	r.followed(chaosPGFollowTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := r.pg.Exec(ctx, "UPDATE pgcluster_nodes SET role = CASE name WHEN $1 THEN 'primary' ELSE 'standby' END WHERE cluster = 'pgc' AND name IN ($1, $2)",
