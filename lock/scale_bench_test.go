@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -164,6 +165,27 @@ func BenchmarkScaleStall(b *testing.B) {
 	}
 }
 
+// windowProfile writes a CPU profile of the measurement window to the
+// file SCALE_CPUPROFILE names, if any: where an instance's steady-state
+// work goes, without the start-up's.
+func windowProfile(b *testing.B) (stop func()) {
+	name := os.Getenv("SCALE_CPUPROFILE")
+	if name == "" {
+		return func() {}
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatalf("SCALE_CPUPROFILE: %v", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatalf("SCALE_CPUPROFILE: %v", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
 // oneShot skips a benchmark of minutes unless -benchtime is 1x.
 func oneShot(b *testing.B) {
 	if f := flag.Lookup("test.benchtime"); f == nil || f.Value.String() != "1x" {
@@ -295,7 +317,9 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	from := fl.snap(b)
 	delayed := fl.delayed.Load()
 	fl.lateness()
+	stopProfile := windowProfile(b)
 	time.Sleep(window) // the measurement window
+	stopProfile()
 	late := fl.lateness()
 	to := fl.snap(b)
 	inWindow := fl.wentLocal(from.at)
