@@ -180,7 +180,7 @@ type Coordinator struct {
 	tokens       map[string]string // each live member's token, as memberList holds it (see intern)
 	targetsSet   bool              // SetTargets was called (the registry's nodes are known, maybe none)
 	held         map[string]bool
-	remote       map[string]remoteStatus
+	remote       map[string]*remoteStatus // never changed in place: a status applied is a new one
 	own          map[string]health.Progress
 	published    map[string]health.Progress // what we last published per key
 	writtenBy    map[string]bool            // we have written this key's status since taking its lease
@@ -191,6 +191,8 @@ type Coordinator struct {
 	memberList   []string                   // the same, in token order
 	rank         ranking                    // memberList, for rendezvous hashing
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
+	covers       map[string]coverMemo       // what covered found of each key, while nothing it turns on changed (see coverMemo)
+	coverGen     uint64                     // the generation of covers that counts: raised by forgetCovers
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
 	joinedAt     int64                      // Redis µs when we last came back after an outage
 	localAt      int64                      // Redis µs, as known here, when we last went local: statuses written before are not trusted (see covered)
@@ -258,7 +260,9 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		probeAtPhase: func(string) {},
 		targets:      map[string]netip.AddrPort{},
 		held:         map[string]bool{},
-		remote:       map[string]remoteStatus{},
+		remote:       map[string]*remoteStatus{},
+		covers:       map[string]coverMemo{},
+		coverGen:     1,
 		own:          map[string]health.Progress{},
 		published:    map[string]health.Progress{},
 		writtenBy:    map[string]bool{},
@@ -367,10 +371,10 @@ func (c *Coordinator) horizon() int64 { return c.redisNow() + c.b.ttl.Microsecon
 // the horizon: versions follow Redis's clock, and one further ahead than
 // a lease (Redis's clock stepped back, or a fail-over to a server whose
 // clock is behind) must not hold back every later status. c.mu is held.
-func (c *Coordinator) known(key string) (remoteStatus, bool) {
+func (c *Coordinator) known(key string) (*remoteStatus, bool) {
 	r, ok := c.remote[key]
 	if !ok || r.version > c.now()+c.b.ttl.Microseconds() {
-		return remoteStatus{}, false
+		return nil, false
 	}
 	return r, true
 }
@@ -435,6 +439,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 		for k := range c.remote {
 			if _, ok := c.targets[k]; !ok {
 				delete(c.remote, k)
+				c.forgetCover(k)
 			}
 		}
 	}
@@ -486,7 +491,10 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 		// Unless the holder's status is on its way to what this
 		// instance found (see status.behind): that stays until the
 		// holder's next probe decides.
-		if covered && !c.remote[t.Key].behind(c.own[t.Key]) {
+		if !covered {
+			return false, health.Progress{}
+		}
+		if own, had := c.own[t.Key]; had && !c.remote[t.Key].behind(own) {
 			delete(c.own, t.Key)
 			c.touch(t.Key)
 		}
@@ -570,19 +578,57 @@ func (c *Coordinator) coveredLocal(key string, addr netip.AddrPort) bool {
 // lease (one that lost it to anyone's write probes the key itself until
 // it takes the lease back). c.mu is held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
+	now := c.now()
+	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == addr && now <= m.until {
+		return true
+	}
 	r, ok := c.known(key)
 	if !ok || r.Addr != addr || r.version < c.localAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
-	return c.vouched(key, r)
+	asOf, lapsed := c.asOf(r)
+	if lapsed || c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, now, c.b.cover()) != "" {
+		return false
+	}
+	if f := c.feeds[r.Holder]; r.Holder != c.Token() && (f == nil || f.pending == 0) {
+		c.covers[key] = coverMemo{gen: c.coverGen, until: asOf + c.b.cover().Microseconds(), addr: addr}
+	}
+	return true
 }
+
+// coverMemo is what covered found of a key: covered at addr by another
+// holder's status until (Redis µs), the moment that status's confirmation
+// (see asOf) becomes too old. Every instance asks whether each target is
+// covered at each of its probe ticks (Claim), most of them covered by
+// others; at thousands of targets the maps that answer it (the status,
+// its holder's feed, the owner, the members) are a cache miss each, and
+// a memo is one. It holds until something covered turns on changes: the
+// key's status (another applied, see forgetCover), or what the fleet is
+// (the members, the owners, a return, a gap found in a holder's
+// publishes, a feed forgotten or confirmed earlier than before: see
+// forgetCovers). A confirmation later than the memo's only makes it
+// expire early, and a status of this instance's own, which turns on its
+// lease, is never memoised; nor one whose holder has a gap pending,
+// which lapses with time (see asOf).
+type coverMemo struct {
+	gen   uint64
+	until int64
+	addr  netip.AddrPort
+}
+
+// forgetCover drops key's coverMemo: its status changed. c.mu is held.
+func (c *Coordinator) forgetCover(key string) { delete(c.covers, key) }
+
+// forgetCovers drops every coverMemo: something every key's coverage
+// turns on changed. c.mu is held.
+func (c *Coordinator) forgetCovers() { c.coverGen++ }
 
 // vouched reports whether the fleet stands by r, the status applied for
 // key, by its bounds (bounds.stale): written by the live member the fleet
 // gives the key to, known to be its current status (no gap in its
 // holder's publishes left unrepaired beyond a handoff, confirmed
 // recently: see asOf), not ahead of the clock. c.mu is held.
-func (c *Coordinator) vouched(key string, r remoteStatus) bool {
+func (c *Coordinator) vouched(key string, r *remoteStatus) bool {
 	asOf, lapsed := c.asOf(r)
 	return !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, c.now(), c.b.cover()) == ""
 }
@@ -771,7 +817,8 @@ func (c *Coordinator) write(t health.Target, p health.Progress) {
 		}
 		c.kept[t.Key] = keptLease{extended: start, stored: stored}
 		if r, had := c.known(t.Key); !had || v > r.version {
-			c.remote[t.Key] = remoteStatus{version: v, status: st}
+			c.remote[t.Key] = &remoteStatus{version: v, status: st}
+			c.forgetCover(t.Key)
 			c.touch(t.Key)
 		}
 	}
@@ -832,7 +879,8 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	// (SIGSTOP, a pause) can reach the subscription only after the
 	// return, and says what its holder found before the outage, not
 	// since.
-	c.remote[key] = remoteStatus{version: v, status: st}
+	c.remote[key] = &remoteStatus{version: v, status: st}
+	c.forgetCover(key)
 	c.touch(key)
 	if live && c.held[key] && st.Holder != c.Token() {
 		// A newer status of a key this instance holds, written by
@@ -1276,6 +1324,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			rank := newRanking(members)
 			next = &ownership{rank: rank, owners: rank.owners(slices.Collect(maps.Keys(c.targets)))}
 		}
+		c.forgetCovers()
 		c.members = make(map[string]bool, len(members))
 		c.tokens = make(map[string]string, len(members))
 		for _, tok := range members {
@@ -1347,6 +1396,7 @@ func (c *Coordinator) setOwners(from map[string]string) {
 		}
 	}
 	c.owners = owners
+	c.forgetCovers()
 }
 
 // ownerOf is the live member the fleet gives key to. c.mu is held.

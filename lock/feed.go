@@ -173,6 +173,9 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 		}
 		f.numbers = true
 		if f.fresh {
+			if at < f.confirmed {
+				c.forgetCovers() // confirmed earlier than before: Redis's clock went back
+			}
 			f.got, f.due, f.pending, f.confirmed, f.fresh = max(f.got, w), nil, 0, at, false
 			continue
 		}
@@ -188,12 +191,14 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 		}
 		if f.pending == 0 && len(f.due) > 0 && now.Sub(f.due[0].read) > c.b.gapAfter() && c.sub.CaughtUp().After(f.due[0].read) {
 			f.pending, f.gapAt, gap = f.due[len(f.due)-1].mark, now, true
+			c.forgetCovers() // its statuses lapse a handoff on (see asOf)
 			c.rlog.Logf("gap", "a publish of member %s was not heard here within %v (its watermark %d, heard %d): reading its statuses again", tok, c.b.gapAfter(), f.due[0].mark, f.got)
 		}
 	}
 	for tok, f := range c.feeds {
 		if !c.members[tok] && now.Sub(f.seen) > c.b.cover() && now.Sub(f.gotAt) > c.b.cover() {
 			delete(c.feeds, tok)
+			c.forgetCovers()
 		}
 	}
 	return gap
@@ -208,7 +213,7 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 // nothing until read again. A holder that numbers nothing has its
 // statuses read again every legacyResync: they are as current as their
 // version. c.mu is held.
-func (c *Coordinator) asOf(r remoteStatus) (at int64, lapsed bool) {
+func (c *Coordinator) asOf(r *remoteStatus) (at int64, lapsed bool) {
 	f := c.feeds[r.Holder]
 	if f == nil || !f.numbers {
 		return r.version, false

@@ -501,7 +501,7 @@ func (p *gapPair) rxHasDown(t *testing.T, within time.Duration) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		r := c.remote["c/a"]
-		return r.Holder == holder && r.State == "down"
+		return r != nil && r.Holder == holder && r.State == "down"
 	})
 }
 

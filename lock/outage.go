@@ -177,6 +177,7 @@ func (c *Coordinator) goLocal() {
 	}
 	c.mode = ModeLocal
 	c.localAt = c.now()
+	c.forgetCovers()
 	c.failingSince = time.Time{}
 	c.causeTold = !deadline(c.cause)
 	if c.cfg.Passive {

@@ -41,7 +41,10 @@ func TestCoordinatorReplayedVersion(t *testing.T) {
 		}
 		c := ins[rx].coord
 		c.mu.Lock()
-		v := c.remote["c/a"].version
+		var v int64
+		if r := c.remote["c/a"]; r != nil {
+			v = r.version
+		}
 		c.mu.Unlock()
 		stored = s
 		return st.V <= v

@@ -35,7 +35,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 	c.plan(Membership{Members: []string{"holder"}, Now: time.Now()}, nil) // the fleet gives the key to it
 	down := newStatus(tg.Addr, "holder", time.Now(), health.Progress{Verdict: health.Verdict{State: health.Down, Cause: "refused"}, Fail: 3})
 	down.V = time.Now().UnixMicro()
-	c.remote[tg.Key] = remoteStatus{version: down.V, status: down}
+	c.remote[tg.Key] = &remoteStatus{version: down.V, status: down}
 	if probe, _ := c.Claim(tg); probe {
 		t.Fatal("a live holder's status covers the target, yet it is probed here")
 	}

@@ -35,7 +35,7 @@ func benchFleet(b *testing.B, members, targets int) (*Coordinator, Membership, [
 		}
 		st := newStatus(t.Addr, holder, time.Now(), health.Progress{Verdict: health.Verdict{State: health.Up}, OK: 3})
 		st.V = now
-		c.remote[t.Key] = remoteStatus{version: now, status: st}
+		c.remote[t.Key] = &remoteStatus{version: now, status: st}
 	}
 	return c, m, ts
 }
