@@ -191,6 +191,7 @@ type Coordinator struct {
 	memberList   []string                   // the same, in token order
 	rank         ranking                    // memberList, for rendezvous hashing
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
+	mine         []string                   // the targets whose owner is this instance, as owners says
 	covers       map[string]coverMemo       // what covered found of each key, while nothing it turns on changed (see coverMemo)
 	coverGen     uint64                     // the generation of covers that counts: raised by forgetCovers
 	offset       time.Duration              // Redis's clock minus ours, at the last heartbeat
@@ -1347,10 +1348,8 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	if !now.Before(c.returnUntil) {
 		c.returnOwners = nil
 	}
-	for k := range c.targets {
-		mine := c.owners[k] == me
-		switch {
-		case mine && !c.held[k] && (c.returnOwners[k] == me || !now.Before(c.takeFrom)):
+	for _, k := range c.mine {
+		if !c.held[k] && (c.returnOwners[k] == me || !now.Before(c.takeFrom)) {
 			// Ours: taken from takeFrom on; one held before an outage
 			// is taken back at once, and its status written from what
 			// this instance found in local mode (see tend), not probed
@@ -1359,12 +1358,10 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			if rejoin && c.returnOwners[k] == me {
 				p.rephase = append(p.rephase, k)
 			}
-		case !mine && c.held[k]:
-			p.release = append(p.release, k)
 		}
 	}
 	for k := range c.held {
-		if _, ok := c.targets[k]; !ok {
+		if _, ok := c.targets[k]; !ok || c.owners[k] != me {
 			p.release = append(p.release, k)
 		}
 	}
@@ -1385,12 +1382,16 @@ func (c *Coordinator) setOwners(from map[string]string) {
 	owners := make(map[string]string, len(c.targets))
 	until := time.Now().Add(c.b.handoff())
 	me := c.Token()
+	c.mine = c.mine[:0]
 	for k := range c.targets {
 		o, ok := from[k]
 		if !ok {
 			o = c.rank.owner(k)
 		}
 		owners[k] = o
+		if o == me {
+			c.mine = append(c.mine, k)
+		}
 		if was, had := c.owners[k]; (!had || was != o) && o != me && c.members[o] {
 			c.handoffs[k] = until
 		}
