@@ -517,7 +517,13 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 			continue
 		}
 		probe, seed := in.coord.Claim(t)
-		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d)", t.Key, (*v)[t.Key].State, probe, seed.Verdict.State, seed.OK, seed.Fail))
+		holder := "held by no instance"
+		for _, h := range fl.ins {
+			if slices.Contains(h.coord.Held(), t.Key) {
+				holder = fmt.Sprintf("its holder %.8s: %s; its checker: %s", h.coord.Token(), h.coord.explain(t), h.check.explain(fl.index[t.Key]))
+			}
+		}
+		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s)", t.Key, (*v)[t.Key].State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), holder))
 		if len(out) == 3 {
 			break
 		}
@@ -748,4 +754,56 @@ func (fl *scaleFleet) flipBackends(keys []int32, up bool, d time.Duration) flipR
 		}
 	}
 	return r
+}
+
+// explain says what c knows of t that decides whether it probes t and
+// what its View shows: the status applied, its owner, the lease, whether
+// a handoff or a return leaves it to another, and the coverMemo.
+func (c *Coordinator) explain(t health.Target) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var parts []string
+	if r, ok := c.remote[t.Key]; ok {
+		asOf, lapsed := c.asOf(r)
+		parts = append(parts, fmt.Sprintf("status of %.8s at %v, %s, %v old, as of %v ago, lapsed %v, stale %q",
+			r.Holder, r.Addr, r.State, time.Duration(c.now()-r.version)*time.Microsecond, time.Duration(c.now()-asOf)*time.Microsecond,
+			lapsed, c.b.stale(r.Holder, c.ownerOf(t.Key), r.version, asOf, c.members, c.now(), c.b.cover())))
+	} else {
+		parts = append(parts, "no status")
+	}
+	parts = append(parts, fmt.Sprintf("owner %.8s (me %v, live %v), held %v, mode %q, took first %v", c.ownerOf(t.Key), c.ownerOf(t.Key) == c.Token(), c.members[c.ownerOf(t.Key)], c.held[t.Key], c.mode, c.tookFirst))
+	if until, ok := c.handoffs[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("handoff for %v more", time.Until(until).Round(time.Millisecond)))
+	}
+	if o, ok := c.returnOwners[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("left to %.8s after the return for %v more", o, time.Until(c.returnUntil).Round(time.Millisecond)))
+	}
+	if m, ok := c.covers[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("memo current %v, until in %v, at %v", m.gen == c.coverGen, time.Duration(m.until-c.now())*time.Microsecond, m.addr))
+	}
+	if p, ok := c.own[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("own %v %d/%d", p.Verdict.State, p.OK, p.Fail))
+	}
+	if kl, ok := c.kept[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("lease extended %v ago, probed since %v, status stored %v ago", time.Since(kl.extended).Round(time.Millisecond), kl.probed, time.Since(kl.stored).Round(time.Millisecond)))
+	}
+	if w, ok := c.writing[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("a write in flight (another waits: %v)", w.waits))
+	}
+	if p, ok := c.published[t.Key]; ok {
+		parts = append(parts, fmt.Sprintf("published %v %d/%d, written since the take %v", p.Verdict.State, p.OK, p.Fail, c.writtenBy[t.Key]))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// explain says where target i stands in c: on the wheel or not, its
+// last tick's probe, its tracker.
+func (c *simChecker) explain(i int32) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := c.ts[i]
+	queued := slices.ContainsFunc(c.queue, func(w simWait) bool { return w.idx == i })
+	return fmt.Sprintf("due in %v, busy %v (queued for the budget %v), probing %v, %v %d/%d, last probe %v ago",
+		time.Duration(t.due-time.Now().UnixNano()).Round(time.Millisecond), t.busy, queued, t.probing, t.state, t.ok, t.fail,
+		time.Since(time.Unix(0, t.last)).Round(time.Millisecond))
 }
