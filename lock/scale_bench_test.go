@@ -90,6 +90,9 @@ const (
 //	              (default the plugin's with Redis: the larger of 200
 //	              and backends / (2 x interval)), applied as health's
 //	              ProbeBudget does
+//	SCALE_CPUPROFILE  writes a CPU profile of the measurement window
+//	              (go tool pprof) to that file: an instance's steady
+//	              state, without the start-up
 //	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
 //	              of this process), as the fleet these coordinators
 //	              stand for runs Redis on a machine of its own (on 2
