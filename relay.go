@@ -112,6 +112,7 @@ type relay struct {
 	polls   chan relayPoll // capacity 1: the poll in flight's result
 	news    chan int64     // capacity 1: the version last published, 0 when a subscription began
 	idents  chan uint64    // the registry's system identifier, once read
+	idFails chan struct{}  // capacity 1: the first reading of it failed
 	loaded  chan struct{}  // closed at the first rows applied
 	done    chan struct{}  // closed when run returns
 
@@ -160,6 +161,7 @@ type relay struct {
 	hold       time.Duration    // the last hold (see relayHold)
 	rejoinedAt time.Time        // when this instance last read Redis again after a hold
 	unvouched  bool             // a copy the follower had not vouched for was not taken
+	idFailed   bool             // the registry's system identifier could not be read (yet): copies are checked without it
 	follow     *relayFollowing  // the registry session, while following PostgreSQL here
 	gen        int              // of the last relayFollowing
 	logged     map[string]error // the last failure of each kind logged
@@ -209,6 +211,7 @@ func newRelay(set *settings, pb *publisher, key string) (*relay, error) {
 		polls:   make(chan relayPoll, 1),
 		news:    make(chan int64, 1),
 		idents:  make(chan uint64, 1),
+		idFails: make(chan struct{}, 1),
 		loaded:  make(chan struct{}),
 		done:    make(chan struct{}),
 		id:      configRegistryID(set),
@@ -292,6 +295,8 @@ func (r *relay) run(ctx context.Context) {
 			r.retried()
 		case sys := <-r.idents:
 			r.learned(sys)
+		case <-r.idFails:
+			r.unidentified()
 		case up := <-r.updates:
 			if r.follow != nil && up.gen == r.follow.gen {
 				r.fromRegistry(up.u)
@@ -555,6 +560,10 @@ func (r *relay) identify(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		select {
+		case r.idFails <- struct{}{}:
+		default:
+		}
 		r.info.Logf("identify", "Registry relay: cannot read the registry's system identifier yet (%s): a registry copy is checked by database and zones until then", errText(err, r.set.dsn))
 		select {
 		case <-ctx.Done():
@@ -565,13 +574,42 @@ func (r *relay) identify(ctx context.Context) {
 	}
 }
 
+// awaitingID reports whether no copy is read yet because the registry's
+// system identifier is being read: another fleet's copy of a database of
+// the same name on another PostgreSQL, under the same prefix, names the
+// same database and zones, and only the identifier tells it apart. Its
+// first reading takes a connect and a query (milliseconds); one that
+// fails (PostgreSQL unreachable) ends the wait, and copies are checked by
+// database and zones until it succeeds, as a passive instance's always
+// are: the copy is then the fleet's only registry.
+func (r *relay) awaitingID() bool {
+	return !r.set.passive && r.id.sys == 0 && !r.idFailed
+}
+
+// unidentified: the first reading of the registry's system identifier
+// failed; a copy is read without it (see awaitingID).
+func (r *relay) unidentified() {
+	if r.id.sys != 0 || r.idFailed {
+		return
+	}
+	r.idFailed = true
+	if r.role == roleReader && r.st.Empty() {
+		r.catchUp(false)
+	}
+}
+
 // learned takes the registry's system identifier: a copy served since
-// that names another registry is refused now.
+// that names another registry is refused now, and the first copy, which
+// waited for it, is read.
 func (r *relay) learned(sys uint64) {
 	if r.id.sys != 0 {
 		return
 	}
 	r.id.sys = sys
+	if r.role == roleReader && r.st.Empty() {
+		r.catchUp(false)
+		return
+	}
 	if r.role == roleReader && !r.st.Empty() && !r.id.names(r.st.Registry()) {
 		r.foreign(r.st.Registry())
 	}
@@ -960,6 +998,9 @@ func (r *relay) nextVersion(v int64) int64 {
 // vouched for within a lease is not taken either (it may be an old one
 // replayed), unless stale (the fallback of an instance with nothing else).
 func (r *relay) catchUp(stale bool) bool {
+	if r.awaitingID() {
+		return false // read once the identifier is known (see learned)
+	}
 	rd, err := r.rc.Read(r.ctx, r.st)
 	var rej *lock.CopyRejected
 	switch {

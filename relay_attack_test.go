@@ -678,3 +678,63 @@ func TestRelayAttackReplayAtRejoin(t *testing.T) {
 		return answersExactly(g.fleetNow(), attackNodes[1:])
 	})
 }
+
+// Another fleet's copy of a database of the same name on another
+// PostgreSQL (another system identifier), under the same prefix and with
+// the same secret, written and vouched for by its follower as an instance
+// of this fleet starts: the instance never answers it, not even for the
+// milliseconds before it has read its own registry's identifier, and
+// follows its own registry instead.
+func TestRelayForeignCopyAtStart(t *testing.T) {
+	g := newRelayRig(t)
+	ctx := context.Background()
+	set := g.settings(g.pg.DSN(""), relayAttackSecret)
+	id := configRegistryID(set)
+	sys, err := readSystemID(ctx, set.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id.sys = sys ^ 0x5a5a5a5a // the same database name on another PostgreSQL
+	fc, err := lock.NewRegistryCopy(g.rs.Client(t), g.prefix, []byte(relayAttackSecret), relayLease, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fc.Poll(ctx, true, relayLease)
+	if err != nil || !p.Taken {
+		t.Fatalf("the other fleet's follower takes the lease: %+v %v", p, err)
+	}
+	foreign := "192.0.2.91"
+	rows := &rowSet{}
+	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{"local": {node("local", "pg1", foreign, "primary")}}, aliasesSet: true}, time.Now())
+	res, err := fc.Write(ctx, &lock.CopyState{}, lock.CopyWrite{Fields: allFields(rows), Full: true, Version: p.Now.Unix(),
+		Term: p.Now.UnixMicro(), Alive: p.Now, Registry: id.String()}, relayLease)
+	if err != nil || res.Result != lock.CopyWritten {
+		t.Fatalf("the other fleet's follower writes its copy: %+v %v", res, err)
+	}
+	st := res.State
+	stop := repeat(t, relayTick, func(int) {
+		if rn, err := fc.Renew(ctx, st, time.Now(), relayLease); err != nil || !rn.Held {
+			t.Errorf("the other fleet's follower renews: %+v %v", rn, err)
+		}
+	})
+	defer stop()
+
+	for i := range 3 {
+		in := g.start(fmt.Sprintf("instance %d", i+1), set)
+		start := time.Now()
+		for {
+			rc, got := answer(in.p)
+			if slices.Contains(got, foreign) {
+				t.Fatalf("instance %d answered the other fleet's %s %v after its start", i+1, foreign, time.Since(start).Round(time.Millisecond))
+			}
+			if rc == dns.RcodeSuccess && answersExactly([]*relayInstance{in}, attackNodes) == nil {
+				break
+			}
+			if time.Since(start) > relayAttackBound+relayAttackMargin {
+				t.Fatalf("instance %d does not answer its own registry %v after its start (rcode %d, %v)", i+1, time.Since(start).Round(time.Millisecond), rc, got)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		t.Logf("instance %d answered its own registry %v after its start", i+1, time.Since(start).Round(time.Millisecond))
+	}
+}
