@@ -546,40 +546,13 @@ func TestRelayRegistryUpWhenRefused(t *testing.T) {
 	g := newRelayRig(t)
 	ctx := context.Background()
 	set := g.settings(g.pg.DSN(""), relayAttackSecret)
-	id := configRegistryID(set)
-	sys, err := readSystemID(ctx, set.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id.sys = sys
-	rdb := g.rs.Client(t)
-	fc, err := lock.NewRegistryCopy(rdb, g.prefix, []byte(relayAttackSecret), relayLease, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := fc.Poll(ctx, true, relayLease)
-	if err != nil || !p.Taken {
-		t.Fatalf("the test's follower takes the lease: %+v %v", p, err)
-	}
-	rows := &rowSet{}
 	var ns []Node
 	for i, a := range attackNodes {
 		ns = append(ns, node("local", fmt.Sprintf("pg%d", i+1), a, "standby"))
 	}
-	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{"local": ns}, aliasesSet: true}, time.Now())
-	res, err := fc.Write(ctx, &lock.CopyState{}, lock.CopyWrite{Fields: allFields(rows), Full: true, Version: p.Now.Unix(),
-		Term: p.Now.UnixMicro(), Alive: p.Now, Registry: id.String()}, relayLease)
-	if err != nil || res.Result != lock.CopyWritten {
-		t.Fatalf("the test's follower writes the copy: %+v %v", res, err)
-	}
-	st := res.State
-	stop := repeat(t, relayTick, func(int) {
-		rn, err := fc.Renew(ctx, st, time.Now(), relayLease)
-		if err != nil || !rn.Held {
-			t.Errorf("the test's follower renews: %+v %v", rn, err)
-		}
-	})
+	stop := g.follow(g.identity(set), ns)
 	defer stop()
+	rdb := g.rs.Client(t)
 
 	r := g.start("the reader", set)
 	g.add(r)
@@ -687,36 +660,11 @@ func TestRelayAttackReplayAtRejoin(t *testing.T) {
 // follows its own registry instead.
 func TestRelayForeignCopyAtStart(t *testing.T) {
 	g := newRelayRig(t)
-	ctx := context.Background()
 	set := g.settings(g.pg.DSN(""), relayAttackSecret)
-	id := configRegistryID(set)
-	sys, err := readSystemID(ctx, set.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id.sys = sys ^ 0x5a5a5a5a // the same database name on another PostgreSQL
-	fc, err := lock.NewRegistryCopy(g.rs.Client(t), g.prefix, []byte(relayAttackSecret), relayLease, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := fc.Poll(ctx, true, relayLease)
-	if err != nil || !p.Taken {
-		t.Fatalf("the other fleet's follower takes the lease: %+v %v", p, err)
-	}
+	id := g.identity(set)
+	id.sys ^= 0x5a5a5a5a // the same database name on another PostgreSQL
 	foreign := "192.0.2.91"
-	rows := &rowSet{}
-	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{"local": {node("local", "pg1", foreign, "primary")}}, aliasesSet: true}, time.Now())
-	res, err := fc.Write(ctx, &lock.CopyState{}, lock.CopyWrite{Fields: allFields(rows), Full: true, Version: p.Now.Unix(),
-		Term: p.Now.UnixMicro(), Alive: p.Now, Registry: id.String()}, relayLease)
-	if err != nil || res.Result != lock.CopyWritten {
-		t.Fatalf("the other fleet's follower writes its copy: %+v %v", res, err)
-	}
-	st := res.State
-	stop := repeat(t, relayTick, func(int) {
-		if rn, err := fc.Renew(ctx, st, time.Now(), relayLease); err != nil || !rn.Held {
-			t.Errorf("the other fleet's follower renews: %+v %v", rn, err)
-		}
-	})
+	stop := g.follow(id, []Node{node("local", "pg1", foreign, "primary")})
 	defer stop()
 
 	for i := range 3 {
@@ -737,4 +685,48 @@ func TestRelayForeignCopyAtStart(t *testing.T) {
 		}
 		t.Logf("instance %d answered its own registry %v after its start", i+1, time.Since(start).Round(time.Millisecond))
 	}
+}
+
+// identity is the registry set names, its system identifier read.
+func (g *relayRig) identity(set *settings) registryID {
+	g.t.Helper()
+	id := configRegistryID(set)
+	sys, err := readSystemID(context.Background(), set.dsn)
+	if err != nil {
+		g.t.Fatal(err)
+	}
+	id.sys = sys
+	return id
+}
+
+// follow makes the test the follower of registry id, through the lock
+// API: it takes the registry lease, writes a copy whose cluster local has
+// nodes, whole and signed with relayAttackSecret, and renews the lease
+// and vouches for the copy every relayTick until the returned function is
+// called.
+func (g *relayRig) follow(id registryID, nodes []Node) (stop func()) {
+	t := g.t
+	t.Helper()
+	ctx := context.Background()
+	fc, err := lock.NewRegistryCopy(g.rs.Client(t), g.prefix, []byte(relayAttackSecret), relayLease, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fc.Poll(ctx, true, relayLease)
+	if err != nil || !p.Taken {
+		t.Fatalf("the test's follower takes the lease: %+v %v", p, err)
+	}
+	rows := &rowSet{}
+	rows.merge(rowsUpdate{full: true, nodes: map[string][]Node{"local": nodes}, aliasesSet: true}, time.Now())
+	res, err := fc.Write(ctx, &lock.CopyState{}, lock.CopyWrite{Fields: allFields(rows), Full: true, Version: p.Now.Unix(),
+		Term: p.Now.UnixMicro(), Alive: p.Now, Registry: id.String()}, relayLease)
+	if err != nil || res.Result != lock.CopyWritten {
+		t.Fatalf("the test's follower writes the copy: %+v %v", res, err)
+	}
+	st := res.State
+	return repeat(t, relayTick, func(int) {
+		if rn, err := fc.Renew(ctx, st, time.Now(), relayLease); err != nil || !rn.Held {
+			t.Errorf("the test's follower renews: %+v %v", rn, err)
+		}
+	})
 }
