@@ -587,8 +587,8 @@ func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 	if !ok || r.Addr != addr || r.version < c.localAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
-	asOf, lapsed := c.asOf(r)
-	if lapsed || c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, now, c.b.cover()) != "" {
+	asOf, ok := c.vouched(key, r)
+	if !ok {
 		return false
 	}
 	if f := c.feeds[r.Holder]; r.Holder != c.Token() && (f == nil || f.pending == 0) {
@@ -628,10 +628,11 @@ func (c *Coordinator) forgetCovers() { c.coverGen++ }
 // key, by its bounds (bounds.stale): written by the live member the fleet
 // gives the key to, known to be its current status (no gap in its
 // holder's publishes left unrepaired beyond a handoff, confirmed
-// recently: see asOf), not ahead of the clock. c.mu is held.
-func (c *Coordinator) vouched(key string, r *remoteStatus) bool {
+// recently: see asOf), not ahead of the clock; and as of when (asOf).
+// c.mu is held.
+func (c *Coordinator) vouched(key string, r *remoteStatus) (asOf int64, ok bool) {
 	asOf, lapsed := c.asOf(r)
-	return !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, c.now(), c.b.cover()) == ""
+	return asOf, !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, c.now(), c.b.cover()) == ""
 }
 
 // Record implements health.Shared: the verdict counts here at once; while
@@ -968,7 +969,10 @@ func (c *Coordinator) view() health.View {
 			// key's owner, or older than the bound: an old one stored
 			// again) must not answer for it, even for a moment.
 			r, ok := c.known(k)
-			if !ok || !c.vouched(k, r) {
+			if !ok {
+				continue
+			}
+			if _, ok := c.vouched(k, r); !ok {
 				continue
 			}
 			if p := r.progress(); p.Verdict.State != health.Unknown {
