@@ -248,7 +248,7 @@ func (ch *checks) start(ctx context.Context, publish func(health.View)) <-chan s
 // reportView sets the targets gauge from the checks' verdicts.
 func reportView(zone string, v health.View) {
 	counts := map[health.State]int{}
-	for _, verdict := range v {
+	for _, verdict := range v.All() {
 		counts[verdict.State]++
 	}
 	for _, st := range []health.State{health.Up, health.Down, health.Unknown} {

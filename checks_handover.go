@@ -2,7 +2,6 @@ package pgcluster
 
 import (
 	"context"
-	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -171,24 +170,23 @@ func (h *handover) publishLocked(v health.View) {
 	h.tmu.Lock()
 	targets := h.targets // replaced whole by setTargets, never changed
 	h.tmu.Unlock()
-	if v == nil {
-		v = health.View{}
-	}
 	out := v // Views are not changed once made: published as they are
 	var shown map[string]handedVerdict
 	if h.carried != nil {
-		out, shown = maps.Clone(v), make(map[string]handedVerdict, len(h.carried))
+		e := v.Edit()
+		shown = make(map[string]handedVerdict, len(h.carried))
 		for k, c := range h.carried {
-			if _, judged := v[k]; judged {
+			if _, judged := v.Get(k); judged {
 				delete(h.carried, k)
 				continue
 			}
 			if a, ok := targets[k]; ok && a != c.addr {
 				continue // the node moved: the verdict was not about this address
 			}
-			out[k] = c.v
+			e.Set(k, c.v)
 			shown[k] = c
 		}
+		out = e.View()
 		if len(h.carried) == 0 {
 			h.carried = nil
 			h.carrying.Store(false)
@@ -202,8 +200,8 @@ func (h *handover) publishLocked(v health.View) {
 // address it was made for (a carried one's own address when the node was
 // not checked here). h.mu is held.
 func (h *handover) handed() map[string]handedVerdict {
-	out := make(map[string]handedVerdict, len(h.shownView))
-	for k, verdict := range h.shownView {
+	out := make(map[string]handedVerdict, h.shownView.Len())
+	for k, verdict := range h.shownView.All() {
 		addr, ok := h.shownTargets[k]
 		if !ok {
 			addr = h.shownCarried[k].addr

@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"context"
+	"maps"
 	"net/netip"
 	"reflect"
 	"sync"
@@ -61,14 +62,14 @@ func TestHandover(t *testing.T) {
 			t.Fatalf("published %d Views without a predecessor", n)
 		}
 		h1.setTargets([]health.Target{{Key: "c/a", Addr: a}, {Key: "c/b", Addr: b}})
-		h1.setView(health.View{"c/a": down("refused"), "c/b": up("", 0)})
+		h1.setView(health.ViewOf(map[string]health.Verdict{"c/a": down("refused"), "c/b": up("", 0)}))
 
 		// Its successor publishes those verdicts at once.
 		ctx2, cancel2 := context.WithCancel(t.Context())
 		var log2 viewLog
 		h2 := newHandover(key)
 		h2.start(ctx2, log2.publish, time.Second)
-		if got, want := log2.last(t), (health.View{"c/a": down("refused"), "c/b": up("", 0)}); !reflect.DeepEqual(got, want) {
+		if got, want := log2.last(t), map[string]health.Verdict{"c/a": down("refused"), "c/b": up("", 0)}; !reflect.DeepEqual(maps.Collect(got.All()), want) {
 			t.Fatalf("at start: %v, want %v", got, want)
 		}
 		cancel1() // the predecessor stops after its successor started
@@ -76,35 +77,35 @@ func TestHandover(t *testing.T) {
 		// it is published again without it at once.
 		h2.setTargets([]health.Target{{Key: "c/a", Addr: a}, {Key: "c/b", Addr: moved}})
 		synctest.Wait()
-		if got, want := log2.last(t), (health.View{"c/a": down("refused")}); !reflect.DeepEqual(got, want) {
+		if got, want := log2.last(t), map[string]health.Verdict{"c/a": down("refused")}; !reflect.DeepEqual(maps.Collect(got.All()), want) {
 			t.Fatalf("after c/b moved: %v, want %v", got, want)
 		}
 		h2.setView(health.View{})
-		if got, want := log2.last(t), (health.View{"c/a": down("refused")}); !reflect.DeepEqual(got, want) {
+		if got, want := log2.last(t), map[string]health.Verdict{"c/a": down("refused")}; !reflect.DeepEqual(maps.Collect(got.All()), want) {
 			t.Fatalf("first own View, empty: %v, want %v", got, want)
 		}
 		// Its own verdict replaces the carried one for good.
-		h2.setView(health.View{"c/a": up("", 0)})
+		h2.setView(health.ViewOf(map[string]health.Verdict{"c/a": up("", 0)}))
 		h2.setView(health.View{})
-		if got := log2.last(t); len(got) != 0 {
+		if got := log2.last(t); got.Len() != 0 {
 			t.Fatalf("a carried verdict came back after an own one: %v", got)
 		}
 
 		// A third instance carries the second's; after carryFor its own
 		// View is published alone.
-		h2.setView(health.View{"c/a": down("timeout")})
+		h2.setView(health.ViewOf(map[string]health.Verdict{"c/a": down("timeout")}))
 		ctx3, cancel3 := context.WithCancel(t.Context())
 		var log3 viewLog
 		h3 := newHandover(key)
 		h3.start(ctx3, log3.publish, time.Second)
 		h3.setTargets([]health.Target{{Key: "c/a", Addr: a}, {Key: "c/b", Addr: moved}})
-		h3.setView(health.View{"c/b": up("", 0)})
-		if got, want := log3.last(t), (health.View{"c/a": down("timeout"), "c/b": up("", 0)}); !reflect.DeepEqual(got, want) {
+		h3.setView(health.ViewOf(map[string]health.Verdict{"c/b": up("", 0)}))
+		if got, want := log3.last(t), map[string]health.Verdict{"c/a": down("timeout"), "c/b": up("", 0)}; !reflect.DeepEqual(maps.Collect(got.All()), want) {
 			t.Fatalf("carried and own: %v, want %v", got, want)
 		}
 		time.Sleep(time.Second)
 		synctest.Wait()
-		if got, want := log3.last(t), (health.View{"c/b": up("", 0)}); !reflect.DeepEqual(got, want) {
+		if got, want := log3.last(t), map[string]health.Verdict{"c/b": up("", 0)}; !reflect.DeepEqual(maps.Collect(got.All()), want) {
 			t.Fatalf("after carryFor: %v, want %v", got, want)
 		}
 

@@ -44,7 +44,7 @@ func addrs(t *testing.T, p *PgCluster, name string) string {
 // A node whose check fails leaves every answer, with the check's cause as
 // the reason; a node not checked yet keeps the registry's judgement.
 func TestCheckDownLeaves(t *testing.T) {
-	p := checked(checkTCP, health.View{"local/pg1": down("refused"), "local/pg2": {State: health.Up, Cause: "ok"}},
+	p := checked(checkTCP, health.ViewOf(map[string]health.Verdict{"local/pg1": down("refused"), "local/pg2": {State: health.Up, Cause: "ok"}}),
 		func(s *settings) { s.allDown = allDownClosed })
 	if got := addrs(t, p, "local."); got != "192.0.2.2" {
 		t.Errorf("local.: %q, want pg2 only (pg1 down)", got)
@@ -67,7 +67,7 @@ func TestCheckDownLeaves(t *testing.T) {
 // With check postgres the role read from PostgreSQL decides primary. and
 // standby., whatever the registry's role column says.
 func TestCheckRoleWins(t *testing.T) {
-	p := checked(checkPostgres, health.View{"local/pg1": up("standby", 100), "local/pg2": up("primary", 100), "local/pg3": up("standby", 100)})
+	p := checked(checkPostgres, health.ViewOf(map[string]health.Verdict{"local/pg1": up("standby", 100), "local/pg2": up("primary", 100), "local/pg3": up("standby", 100)}))
 	if got := addrs(t, p, "primary.local."); got != "192.0.2.2" {
 		t.Errorf("primary.: %q, want pg2, which the check reads as primary", got)
 	}
@@ -85,7 +85,7 @@ func TestCheckRoleWins(t *testing.T) {
 // Split brain: while two serving nodes report being primary, primary. has
 // no address (no fail-open either); the cluster name and standby. answer.
 func TestCheckSplitBrain(t *testing.T) {
-	p := checked(checkPostgres, health.View{"local/pg1": up("primary", 100), "local/pg2": up("primary", 90), "local/pg3": up("standby", 80)})
+	p := checked(checkPostgres, health.ViewOf(map[string]health.Verdict{"local/pg1": up("primary", 100), "local/pg2": up("primary", 90), "local/pg3": up("standby", 80)}))
 	r := query(t, p, "primary.local."+testZone, dns.TypeA)
 	if len(r.Answer) != 0 || r.Rcode != dns.RcodeSuccess || len(r.Ns) != 1 {
 		t.Errorf("primary. in split brain: want NODATA with the SOA, got %v", r)
@@ -103,7 +103,7 @@ func TestCheckSplitBrain(t *testing.T) {
 // only, never in the content hash.
 func TestCheckMaxLag(t *testing.T) {
 	lagged := func(standbyWAL uint64) *PgCluster {
-		return checked(checkPostgres, health.View{"local/pg1": up("primary", 1000), "local/pg2": up("standby", standbyWAL), "local/pg3": up("standby", standbyWAL)},
+		return checked(checkPostgres, health.ViewOf(map[string]health.Verdict{"local/pg1": up("primary", 1000), "local/pg2": up("standby", standbyWAL), "local/pg3": up("standby", standbyWAL)}),
 			func(s *settings) { s.maxLag = 100 })
 	}
 	p := lagged(950)
@@ -136,7 +136,7 @@ func TestCheckMaxLag(t *testing.T) {
 // answers NODATA with the SOA. A node the registry marks unhealthy is never
 // answered.
 func TestCheckAllDown(t *testing.T) {
-	view := health.View{"local/pg1": down("refused"), "local/pg2": down("timeout"), "local/pg3": down("refused"), "local/pg4": down("refused")}
+	view := health.ViewOf(map[string]health.Verdict{"local/pg1": down("refused"), "local/pg2": down("timeout"), "local/pg3": down("refused"), "local/pg4": down("refused")})
 	p := checked(checkTCP, view)
 	if got := addrs(t, p, "local."); got != "192.0.2.1 192.0.2.2" {
 		t.Errorf("fail-open local.: %q, want pg1 pg2 (pg4 is unhealthy in the registry)", got)
@@ -156,7 +156,9 @@ func TestCheckAllDown(t *testing.T) {
 		t.Errorf("all_down closed: want NODATA with the SOA, got %v", r)
 	}
 	// One node up: no fail-open.
-	view["local/pg2"] = up("", 0)
+	e := view.Edit()
+	e.Set("local/pg2", up("", 0))
+	view = e.View()
 	p = checked(checkTCP, view)
 	if got := addrs(t, p, "local."); got != "192.0.2.2" {
 		t.Errorf("one node up: %q", got)
@@ -168,14 +170,14 @@ func TestCheckAllDown(t *testing.T) {
 
 // Checks off: the view is ignored and no target is made.
 func TestChecksOffNoTargets(t *testing.T) {
-	p := newTestPlugin(buildInput{nodes: testNodes(), view: health.View{"local/pg1": down("refused")}})
+	p := newTestPlugin(buildInput{nodes: testNodes(), view: health.ViewOf(map[string]health.Verdict{"local/pg1": down("refused")})})
 	if got := addrs(t, p, "primary.local."); got != "192.0.2.1" {
 		t.Errorf("checks off: %q", got)
 	}
 	if n := len(p.snapshot().targets); n != 0 {
 		t.Errorf("%d targets with checks off", n)
 	}
-	p = checked(checkTCP, nil)
+	p = checked(checkTCP, health.View{})
 	var keys []string
 	for _, tg := range p.snapshot().targets {
 		keys = append(keys, tg.Key+"="+tg.Addr.String())

@@ -159,8 +159,8 @@ func drainedPlugin(view health.View, drained []string, opts ...func(*settings)) 
 // primary beside another primary is still a split brain; a cluster drained
 // whole answers NODATA, its nodes their addresses.
 func TestDrainNames(t *testing.T) {
-	healthy := health.View{"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync}),
-		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+	healthy := health.ViewOf(map[string]health.Verdict{"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync}),
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)})
 	p := drainedPlugin(healthy, []string{"pg2"})
 	for name, want := range map[string]string{
 		"local.": "192.0.2.1", "standby.local.": "", "sync.local.": "", "prod.": "192.0.2.1",
@@ -189,7 +189,7 @@ func TestDrainNames(t *testing.T) {
 	}
 
 	// Every node failing its check: fail-open answers the ones not drained.
-	failing := health.View{"local/pg1": down("refused"), "local/pg2": down("refused"), "local/pg3": down("refused")}
+	failing := health.ViewOf(map[string]health.Verdict{"local/pg1": down("refused"), "local/pg2": down("refused"), "local/pg3": down("refused")})
 	p = drainedPlugin(failing, []string{"pg1", "pg2"})
 	if got := addrs(t, p, "primary.local."); got != "" {
 		t.Errorf("all down, pg1 drained: primary. answers %q by fail-open", got)
@@ -198,7 +198,7 @@ func TestDrainNames(t *testing.T) {
 		t.Errorf("all down, pg1 and pg2 drained: local. answers %q by fail-open (pg3 is IPv6)", got)
 	}
 
-	split := health.View{"local/pg1": up("primary", 1000), "local/pg2": up("primary", 900), "local/pg3": up("standby", 900)}
+	split := health.ViewOf(map[string]health.Verdict{"local/pg1": up("primary", 1000), "local/pg2": up("primary", 900), "local/pg3": up("standby", 900)})
 	if got := addrs(t, drainedPlugin(split, []string{"pg2"}), "primary.local."); got != "" {
 		t.Errorf("two primaries, one drained: primary. answers %q, want none (a split brain)", got)
 	}

@@ -370,15 +370,16 @@ func fuzzPlugin(shape uint8) *fuzzed {
 		if shape&0x10 != 0 {
 			set.allDown = allDownClosed
 		}
-		view = health.View{}
+		verdicts := map[string]health.Verdict{}
 		for i, n := range nodes {
 			key := strings.ToLower(n.Cluster) + "/" + strings.ToLower(n.Name)
 			v := health.Verdict{State: health.Up, Role: n.Role, WAL: uint64(i) * 700, Last: time.Unix(1e9, 0)}
 			if i%4 == 3 || n.Cluster == "dark" {
 				v = health.Verdict{State: health.Down, Cause: "refused", Detail: "connection refused", Last: time.Unix(1e9, 0)}
 			}
-			view[key] = v
+			verdicts[key] = v
 		}
+		view = health.ViewOf(verdicts)
 	}
 	// The shapes with fallthrough answer by topology too (local with bit
 	// 0x10, else prefer): nodes in zones a, b or none, the test writer's

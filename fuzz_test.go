@@ -62,17 +62,18 @@ func FuzzBuild(f *testing.F) {
 			if checks[0]&0x80 != 0 {
 				set.allDown = allDownClosed
 			}
-			view = health.View{}
+			verdicts := map[string]health.Verdict{}
 			for i, b := range checks {
 				if i >= len(nodes) {
 					break
 				}
 				n := nodes[i]
-				view[strings.ToLower(n.Cluster)+"/"+strings.ToLower(n.Name)] = health.Verdict{
+				verdicts[strings.ToLower(n.Cluster)+"/"+strings.ToLower(n.Name)] = health.Verdict{
 					State: health.State(b % 3), Role: []string{"", health.RolePrimary, health.RoleStandby}[b/3%3],
 					WAL: uint64(b) * 50, Cause: "refused",
 				}
 			}
+			view = health.ViewOf(verdicts)
 		}
 		s := build(buildInput{settings: set, nodes: nodes, aliases: aliases, view: view})
 		all := owners(s)
@@ -208,12 +209,13 @@ func FuzzIncremental(f *testing.F) {
 				// is as of the cluster's last build (README), so it is fixed here.
 				v := health.Verdict{State: health.State(arg % 3), Role: []string{"", health.RolePrimary, health.RoleStandby}[op/6%3],
 					WAL: uint64(arg/3%4) * 50, Cause: "refused", Last: time.Unix(1e9, 0)}
-				view = maps.Clone(view)
+				e := view.Edit()
 				if arg&0x80 != 0 {
-					delete(view, key)
+					e.Delete(key)
 				} else {
-					view[key] = v
+					e.Set(key, v)
 				}
+				view = e.View()
 				ch.view, ch.viewSet = view, true
 			case 5: // a full read
 				ch.nodes, ch.full = map[string][]Node{}, true

@@ -26,11 +26,11 @@ func TestJudge(t *testing.T) {
 		{Cluster: "local", Name: "PG2", Address: addr("192.0.2.8"), Port: 5432, Healthy: true},
 		{Cluster: "ns", Name: "x", Address: addr("192.0.2.7"), Port: 5432, Healthy: true},
 	}
-	view := health.View{
+	view := health.ViewOf(map[string]health.Verdict{
 		"local/pg1": {State: health.Up, Role: "primary", WAL: 1000},
 		"local/pg2": {State: health.Up, Role: "standby", WAL: 400},
 		"local/pg3": {State: health.Down, Cause: "refused", Detail: "connection refused"},
-	}
+	})
 	cs, err := Judge(nodes, view, JudgeOptions{Zone: "pgcluster.lan", StaleAfter: time.Minute, Check: "tcp", MaxLag: 500})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestJudge(t *testing.T) {
 			t.Errorf("lo with allow_loopback: out (%s), want in", j.Reason)
 		}
 	}
-	if _, err := Judge(nodes, nil, JudgeOptions{Zone: "bad..zone"}); err == nil {
+	if _, err := Judge(nodes, health.View{}, JudgeOptions{Zone: "bad..zone"}); err == nil {
 		t.Error("zone bad..zone: no error")
 	}
 }

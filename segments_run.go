@@ -38,7 +38,7 @@ type segmentation struct {
 	// homeView is the home segment's verdicts; homeLive whether they are
 	// its own probers' (always, for a probing instance: in local mode its
 	// own probes; for a passive one, while its segment has members).
-	homeView    health.View
+	homeView    *health.View       // nil until the first
 	homeMembers func() (int, bool) // nil: a probing instance (always its own)
 	homeUsing   atomic.Value
 	homeGiven   bool // the home publisher was given verdicts
@@ -59,8 +59,8 @@ type segment struct {
 	name    string
 	pub     *publisher
 	probers func() (int, bool)
-	stop    func()      // stops following it
-	view    health.View // its own probers' verdicts, as last read
+	stop    func()       // stops following it
+	view    *health.View // its own probers' verdicts, as last read; nil until the first
 	// using says whose verdicts answer its clients: "own", or "fleet"
 	// while it has no live prober; read by _client's TXT.
 	using atomic.Value
@@ -158,7 +158,7 @@ func (sg *segmentation) rowsApplied(u rowsUpdate) {
 func (sg *segmentation) setHome(v health.View) {
 	sg.mu.Lock()
 	defer sg.mu.Unlock()
-	sg.homeView = v
+	sg.homeView = &v
 	sg.mix()
 }
 
@@ -167,7 +167,7 @@ func (sg *segmentation) setHome(v health.View) {
 func (sg *segmentation) setSegment(seg *segment, v health.View) {
 	sg.mu.Lock()
 	defer sg.mu.Unlock()
-	seg.view = v
+	seg.view = &v
 	sg.mix()
 }
 
@@ -178,7 +178,7 @@ func (sg *segmentation) setSegment(seg *segment, v health.View) {
 // segment's verdicts would answer for nodes it may not reach). sg.mu is
 // held.
 func (sg *segmentation) mix() {
-	judge := func(view health.View, probers func() (int, bool)) string {
+	judge := func(view *health.View, probers func() (int, bool)) string {
 		if view == nil || probers == nil {
 			return usingLast
 		}
@@ -196,7 +196,7 @@ func (sg *segmentation) mix() {
 	}
 	var live []health.View
 	if homeUsing == usingOwn && sg.homeView != nil {
-		live = append(live, sg.homeView)
+		live = append(live, *sg.homeView)
 	}
 	names := slices.Sorted(maps.Keys(sg.segs))
 	using := map[string]string{}
@@ -208,12 +208,13 @@ func (sg *segmentation) mix() {
 		// after the other must not leave the fleet's verdicts to the
 		// last one read.
 		if using[name] != usingFleet && seg.view != nil {
-			live = append(live, seg.view)
+			live = append(live, *seg.view)
 		}
 	}
-	var fleet health.View
+	var fleet *health.View
 	if len(live) > 0 {
-		fleet = mergeViews(live)
+		m := mergeViews(live)
+		fleet = &m
 	}
 	// The home segment: a probing instance's own verdicts always (in
 	// local mode, its own probes); a passive one's as any other segment.
@@ -221,17 +222,17 @@ func (sg *segmentation) mix() {
 	case sg.homeView == nil:
 	case homeUsing == usingOwn:
 		sg.homeUsing.Store(usingOwn)
-		sg.home.setView(sg.homeView)
+		sg.home.setView(*sg.homeView)
 		sg.homeGiven, sg.homeOwn = true, true
 	case fleet != nil && (homeUsing == usingFleet || !sg.homeOwn):
 		// No prober here, or none read last: the fleet's verdicts (for
 		// segments that cannot be read, the last ones read of them).
 		sg.homeUsing.Store(homeUsing)
-		sg.home.setView(fleet)
+		sg.home.setView(*fleet)
 		sg.homeGiven, sg.homeOwn = true, false
 	case !sg.homeGiven:
 		sg.homeUsing.Store(homeUsing)
-		sg.home.setView(sg.homeView)
+		sg.home.setView(*sg.homeView)
 		sg.homeGiven = true
 	default:
 		// The home segment's own probers cannot be read: the last
@@ -245,10 +246,10 @@ func (sg *segmentation) mix() {
 		switch {
 		case using[name] == usingOwn:
 			seg.using.Store(usingOwn)
-			seg.pub.setView(seg.view)
+			seg.pub.setView(*seg.view)
 		case using[name] == usingFleet && fleet != nil:
 			seg.using.Store(usingFleet)
-			seg.pub.setView(fleet)
+			seg.pub.setView(*fleet)
 		default:
 			// Its own last verdicts read stand: the publisher keeps the
 			// last View it was given.
@@ -289,16 +290,16 @@ func mergeViews(views []health.View) health.View {
 	if len(views) == 1 {
 		return views[0]
 	}
-	out := health.View{}
+	out := map[string]health.Verdict{}
 	for _, v := range views {
-		for k, verdict := range v {
+		for k, verdict := range v.All() {
 			have, ok := out[k]
 			if !ok || have.State != health.Up && verdict.State == health.Up {
 				out[k] = verdict
 			}
 		}
 	}
-	return out
+	return health.ViewOf(out)
 }
 
 // forPlace is the snapshot that answers a client at pl, the segment's

@@ -79,13 +79,13 @@ func TestSegmentOptions(t *testing.T) {
 // own: up when any segment with probers finds it up, else the first's.
 func TestMergeViews(t *testing.T) {
 	up, down := health.Verdict{State: health.Up}, health.Verdict{State: health.Down, Cause: "refused"}
-	a := health.View{"c/n1": down, "c/n2": up, "c/n3": down}
-	b := health.View{"c/n1": up, "c/n2": down}
+	a := health.ViewOf(map[string]health.Verdict{"c/n1": down, "c/n2": up, "c/n3": down})
+	b := health.ViewOf(map[string]health.Verdict{"c/n1": up, "c/n2": down})
 	got := mergeViews([]health.View{a, b})
-	if got["c/n1"].State != health.Up || got["c/n2"].State != health.Up || got["c/n3"].Cause != "refused" || len(got) != 3 {
+	if got.At("c/n1").State != health.Up || got.At("c/n2").State != health.Up || got.At("c/n3").Cause != "refused" || got.Len() != 3 {
 		t.Errorf("merged: %v", got)
 	}
-	if got := mergeViews([]health.View{a}); got["c/n1"].Cause != "refused" {
+	if got := mergeViews([]health.View{a}); got.At("c/n1").Cause != "refused" {
 		t.Errorf("one view: %v", got)
 	}
 }

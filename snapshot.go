@@ -445,14 +445,27 @@ func (n *snapshot) targetsDiffer(s *snapshot) bool {
 // replay positions and lags with them) unless max_lag uses them.
 func changedClusters(was, is health.View, wal bool) map[string]bool {
 	out := map[string]bool{}
-	differ := func(a, b health.Verdict) bool { return !a.Equal(b, wal) }
-	for key, v := range is {
-		if old, ok := was[key]; !ok || differ(old, v) {
+	differ := func(key string) bool {
+		a, aok := was.Get(key)
+		b, bok := is.Get(key)
+		return aok != bok || aok && !a.Equal(b, wal)
+	}
+	if keys, ok := is.Changed(was); ok {
+		// One made from the other by a few changes: only those can differ.
+		for _, key := range keys {
+			if !out[clusterOf(key)] && differ(key) {
+				out[clusterOf(key)] = true
+			}
+		}
+		return out
+	}
+	for key := range is.All() {
+		if differ(key) {
 			out[clusterOf(key)] = true
 		}
 	}
-	for key := range was {
-		if _, ok := is[key]; !ok {
+	for key := range was.All() {
+		if _, ok := is.Get(key); !ok {
 			out[clusterOf(key)] = true
 		}
 	}

@@ -38,8 +38,8 @@ func downAs(role, cause string, tl uint32, sys uint64) health.Verdict {
 // are a true split brain in either mode.
 func TestSplitBrainTimelines(t *testing.T) {
 	const sys = 7714602588950529522
-	stale := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
-	apart := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 1, sys+1), "local/pg3": upAs("standby", 0, sys)}
+	stale := health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)})
+	apart := health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 1, sys+1), "local/pg3": upAs("standby", 0, sys)})
 	for _, tt := range []struct {
 		name, mode string
 		view       health.View
@@ -65,7 +65,7 @@ func TestSplitBrainTimelines(t *testing.T) {
 			if got := addrsOf(entryOf(s, "local."+testZone)); got != tt.cluster {
 				t.Errorf("cluster: %q, want %q", got, tt.cluster)
 			}
-			if tt.mode == splitBrainNewestTimeline && tt.view["local/pg2"].SystemID == sys {
+			if tt.mode == splitBrainNewestTimeline && tt.view.At("local/pg2").SystemID == sys {
 				txt := txtOf(s, "pg1.local."+testZone)
 				if !strings.Contains(txt, `"reason=stale_primary"`) || !strings.Contains(txt, "timeline 1 < 2") {
 					t.Errorf("pg1 TXT %s: want reason=stale_primary and timeline 1 < 2", txt)
@@ -78,8 +78,8 @@ func TestSplitBrainTimelines(t *testing.T) {
 	// answered by fail-open either.
 	set := switchoverSettings()
 	set.splitBrain, set.allDown = splitBrainNewestTimeline, allDownOpen
-	down := health.View{"local/pg1": downAs("primary", "refused", 1, sys), "local/pg2": downAs("primary", "refused", 2, sys),
-		"local/pg3": downAs("standby", "refused", 0, sys)}
+	down := health.ViewOf(map[string]health.Verdict{"local/pg1": downAs("primary", "refused", 1, sys), "local/pg2": downAs("primary", "refused", 2, sys),
+		"local/pg3": downAs("standby", "refused", 0, sys)})
 	s := build(buildInput{settings: set, nodes: switchoverNodes(), view: down})
 	if got := addrsOf(entryOf(s, "primary.local."+testZone)); got != "127.0.0.12" {
 		t.Errorf("all down, open: primary. %q, want the newest primary alone (127.0.0.12)", got)
@@ -97,9 +97,9 @@ func TestSplitBrainTimelines(t *testing.T) {
 // registry took out, or one seen again as a standby.
 func TestPrimaryHold(t *testing.T) {
 	const sys = 42
-	up := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}
-	left := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}
-	promoted := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
+	up := health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
+	left := health.ViewOf(map[string]health.Verdict{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
+	promoted := health.ViewOf(map[string]health.Verdict{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)})
 	primaryOf := func(p *PgCluster) (string, string) {
 		s := p.snapshot()
 		return addrsOf(entryOf(s, "primary.local."+testZone)), txtOf(s, "primary.local."+testZone)
@@ -143,7 +143,7 @@ func TestPrimaryHold(t *testing.T) {
 			synctest.Wait()
 			want(t, p, "", `"state=none"`)
 			// The same primary's check changes cause: no second hold.
-			pb.setView(health.View{"local/pg1": downAs("primary", health.CauseRefused, 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
+			pb.setView(health.ViewOf(map[string]health.Verdict{"local/pg1": downAs("primary", health.CauseRefused, 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}))
 			want(t, p, "", `"state=none"`)
 		})
 	})
@@ -178,7 +178,7 @@ func TestPrimaryHold(t *testing.T) {
 			p, pb := servingPrimary(switchoverSettings(), up)
 			pb.setView(left)
 			want(t, p, "127.0.0.11", `"state=held"`)
-			pb.setView(health.View{"local/pg1": upAs("standby", 0, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
+			pb.setView(health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("standby", 0, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}))
 			want(t, p, "", `"state=none"`)
 		})
 	})
@@ -204,9 +204,9 @@ func TestPrimaryHold(t *testing.T) {
 // promoted one anyway) or without sessions.
 func TestPrimaryHandover(t *testing.T) {
 	const sys = 42
-	up := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)}
-	both := health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
-	gone := health.View{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)}
+	up := health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("standby", 0, sys), "local/pg3": upAs("standby", 0, sys)})
+	both := health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)})
+	gone := health.ViewOf(map[string]health.Verdict{"local/pg1": downAs("primary", health.CauseShuttingDown, 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": upAs("standby", 0, sys)})
 	want := func(t *testing.T, p *PgCluster, addrs, txt string) {
 		t.Helper()
 		s := p.snapshot()
@@ -251,7 +251,7 @@ func TestPrimaryHandover(t *testing.T) {
 				t.Errorf("%d clusters counted in split brain, want 1", n)
 			}
 			// Still both: no second hand-over.
-			pb.setView(health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": downAs("standby", health.CauseRefused, 0, sys)})
+			pb.setView(health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys), "local/pg3": downAs("standby", health.CauseRefused, 0, sys)}))
 			want(t, p, "", `"state=split_brain"`)
 		})
 	})
@@ -262,9 +262,9 @@ func TestPrimaryHandover(t *testing.T) {
 		view health.View
 		addr string
 	}{
-		{"two systems", nil, health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys+1), "local/pg3": upAs("standby", 0, sys)}, ""},
-		{"one timeline", nil, health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}, ""},
-		{"older timeline promoted", nil, health.View{"local/pg1": upAs("primary", 2, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}, ""},
+		{"two systems", nil, health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys+1), "local/pg3": upAs("standby", 0, sys)}), ""},
+		{"one timeline", nil, health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}), ""},
+		{"older timeline promoted", nil, health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 2, sys), "local/pg2": upAs("primary", 1, sys), "local/pg3": upAs("standby", 0, sys)}), ""},
 		{"no sessions", func(s *settings) { s.roleInterval = health.NoSessions }, both, ""},
 		{"newest_timeline", func(s *settings) { s.splitBrain = splitBrainNewestTimeline }, both, "127.0.0.12"},
 	} {
@@ -310,10 +310,10 @@ func TestLeavingPrimaryIsNoSplitBrain(t *testing.T) {
 		primary string
 		txt     string
 	}{
-		{"leaving and promoted", health.View{"local/pg1": leaving, "local/pg2": upAs("primary", 2, sys)}, "127.0.0.12", `"state=serving" "node=pg2"`},
-		{"leaving alone", health.View{"local/pg1": leaving, "local/pg2": upAs("standby", 0, sys)}, "127.0.0.11", `"state=serving" "node=pg1"`},
-		{"neither leaving", health.View{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys)}, "", `"state=split_brain" "primaries=2"`},
-		{"both leaving", health.View{"local/pg1": leaving, "local/pg2": func() health.Verdict { v := upAs("primary", 2, sys); v.Leaving = true; return v }()}, "", `"state=split_brain" "primaries=2"`},
+		{"leaving and promoted", health.ViewOf(map[string]health.Verdict{"local/pg1": leaving, "local/pg2": upAs("primary", 2, sys)}), "127.0.0.12", `"state=serving" "node=pg2"`},
+		{"leaving alone", health.ViewOf(map[string]health.Verdict{"local/pg1": leaving, "local/pg2": upAs("standby", 0, sys)}), "127.0.0.11", `"state=serving" "node=pg1"`},
+		{"neither leaving", health.ViewOf(map[string]health.Verdict{"local/pg1": upAs("primary", 1, sys), "local/pg2": upAs("primary", 2, sys)}), "", `"state=split_brain" "primaries=2"`},
+		{"both leaving", health.ViewOf(map[string]health.Verdict{"local/pg1": leaving, "local/pg2": func() health.Verdict { v := upAs("primary", 2, sys); v.Leaving = true; return v }()}), "", `"state=split_brain" "primaries=2"`},
 	} {
 		s := build(buildInput{settings: switchoverSettings(), nodes: switchoverNodes()[:2], view: tt.view})
 		if got := addrsOf(entryOf(s, "primary.local."+testZone)); got != tt.primary {

@@ -25,7 +25,7 @@ func primaryWith(replicas ...health.Replica) health.Verdict {
 // standby's TXT shows its sync state and lag as the primary sees them.
 func TestSyncName(t *testing.T) {
 	view := func(p health.Verdict) health.View {
-		return health.View{"local/pg1": p, "local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+		return health.ViewOf(map[string]health.Verdict{"local/pg1": p, "local/pg2": up("standby", 900), "local/pg3": up("standby", 900)})
 	}
 	p := checked(checkPostgres, view(primaryWith(
 		health.Replica{Name: "pg2", Sync: health.ReplicaSync, Lag: 1500 * time.Microsecond},
@@ -62,8 +62,9 @@ func TestSyncName(t *testing.T) {
 	// single primary: NODATA, and TXT says which.
 	hidden := up("primary", 1000)
 	hidden.ReplicasHidden = true
-	split := view(up("primary", 1000))
-	split["local/pg2"] = up("primary", 900)
+	e := view(up("primary", 1000)).Edit()
+	e.Set("local/pg2", up("primary", 900))
+	split := e.View()
 	for _, tc := range []struct {
 		name  string
 		view  health.View
@@ -72,7 +73,7 @@ func TestSyncName(t *testing.T) {
 		{"only async", view(primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaAsync}, health.Replica{Name: "pg3", Sync: health.ReplicaQuorum})), "none"},
 		{"no pg_monitor", view(hidden), "no_privilege"},
 		{"split brain", split, "unknown"},
-		{"primary down", health.View{"local/pg1": down("refused"), "local/pg2": up("standby", 900)}, "unknown"},
+		{"primary down", health.ViewOf(map[string]health.Verdict{"local/pg1": down("refused"), "local/pg2": up("standby", 900)}), "unknown"},
 	} {
 		p := checked(checkPostgres, tc.view)
 		r := query(t, p, "sync.local."+testZone, dns.TypeA)
@@ -92,7 +93,7 @@ func TestSyncName(t *testing.T) {
 // by its address, where only one standby connects from it.
 func TestSyncMatchByAddress(t *testing.T) {
 	view := func(replicas ...health.Replica) health.View {
-		return health.View{"local/pg1": primaryWith(replicas...), "local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+		return health.ViewOf(map[string]health.Verdict{"local/pg1": primaryWith(replicas...), "local/pg2": up("standby", 900), "local/pg3": up("standby", 900)})
 	}
 	pg2 := netip.MustParseAddr("192.0.2.2")
 	p := checked(checkPostgres, view(health.Replica{Name: "walreceiver", Addr: pg2, Sync: health.ReplicaSync}))
@@ -111,9 +112,9 @@ func TestSyncMatchByAddress(t *testing.T) {
 // standby further behind, or one the primary does not list (its lag
 // unknown), leaves standby. and sync.; the cluster name keeps it.
 func TestMaxLagDuration(t *testing.T) {
-	p := checked(checkPostgres, health.View{
+	p := checked(checkPostgres, health.ViewOf(map[string]health.Verdict{
 		"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync, Lag: 3 * time.Second}),
-		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)},
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}),
 		func(s *settings) { s.maxLagTime = time.Second })
 	if got := addrs(t, p, "standby.local."); got != "" {
 		t.Errorf("standby. with pg2 3 s behind and pg3 unlisted, max_lag 1s: %q, want none", got)
@@ -128,9 +129,9 @@ func TestMaxLagDuration(t *testing.T) {
 	if !strings.Contains(txt, "over max_lag 1s: out of standby.") {
 		t.Errorf("pg2 TXT: %s", txt)
 	}
-	p = checked(checkPostgres, health.View{
+	p = checked(checkPostgres, health.ViewOf(map[string]health.Verdict{
 		"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync, Lag: 300 * time.Millisecond}, health.Replica{Name: "pg3", Sync: health.ReplicaAsync}),
-		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)},
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}),
 		func(s *settings) { s.maxLagTime = time.Second })
 	if got := addrs(t, p, "standby.local."); got != "192.0.2.2" {
 		t.Errorf("standby. within max_lag 1s: A %q, want pg2 (and pg3 in AAAA)", got)
@@ -140,9 +141,9 @@ func TestMaxLagDuration(t *testing.T) {
 // pgclusterctl's Judge shows a standby's sync state and lag as its primary
 // reports them, and judges max_lag as a duration as an instance does.
 func TestJudgeSyncState(t *testing.T) {
-	view := health.View{
+	view := health.ViewOf(map[string]health.Verdict{
 		"local/pg1": primaryWith(health.Replica{Name: "pg2", Sync: health.ReplicaSync, Lag: 2 * time.Second}),
-		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)}
+		"local/pg2": up("standby", 900), "local/pg3": up("standby", 900)})
 	cs, err := Judge(testNodes(), view, JudgeOptions{Zone: testZone, Check: checkPostgres, MaxLagTime: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -61,7 +61,7 @@ func judge(n Node, in buildInput) *member {
 	m.registryOK = m.serving
 	if in.checksOn() {
 		m.target = checkTarget(n)
-		m.checkVerdict(in.view[n.Cluster+"/"+n.Name], in.check)
+		m.checkVerdict(in.view.At(n.Cluster+"/"+n.Name), in.check)
 	}
 	return m
 }

@@ -61,7 +61,7 @@ func benchProbeCost(b *testing.B, n int, duration time.Duration) {
 		defer close(done)
 		c.Run(ctx, func(v View) {
 			up := 0
-			for _, vd := range v {
+			for _, vd := range v.All() {
 				if vd.State == Up {
 					up++
 				}

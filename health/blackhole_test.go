@@ -136,7 +136,7 @@ func TestBlackHoleCostsOneTimeoutAndDelaysNoOne(t *testing.T) {
 			t.Errorf("black hole: %v", err)
 		}
 	}
-	for k, vd := range v {
+	for k, vd := range v.All() {
 		want := Down
 		if k == "c/pg" {
 			want = Up
@@ -145,7 +145,7 @@ func TestBlackHoleCostsOneTimeoutAndDelaysNoOne(t *testing.T) {
 			t.Errorf("%s: %v/%s, want %v", k, vd.State, vd.Cause, want)
 		}
 	}
-	if len(v) != len(targets) {
-		t.Errorf("%d targets judged, want %d", len(v), len(targets))
+	if v.Len() != len(targets) {
+		t.Errorf("%d targets judged, want %d", v.Len(), len(targets))
 	}
 }

@@ -68,7 +68,7 @@ func TestProbeBudgetLeavesWithinBound(t *testing.T) {
 	if err := pgtest.WaitFor(cycle+interval+slack, func() error {
 		v, _ := rec.last()
 		up := 0
-		for _, vd := range v {
+		for _, vd := range v.All() {
 			if vd.State == Up {
 				up++
 			}

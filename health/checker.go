@@ -47,6 +47,8 @@ type run struct {
 	wg       sync.WaitGroup
 	workers  map[string]*worker
 	verdicts map[string]Verdict // targets out of Unknown
+	dirty    map[string]bool    // verdicts set or deleted since the last View
+	last     View               // the last View published
 	changed  bool               // a transition not yet published
 	walMoved bool               // a WAL position moved since the last publish
 	wake     chan struct{}      // capacity 1: tells the publisher to look
@@ -149,6 +151,7 @@ func (c *Checker) Run(ctx context.Context, publish func(View)) {
 		ctx:      ctx,
 		workers:  map[string]*worker{},
 		verdicts: map[string]Verdict{},
+		dirty:    map[string]bool{},
 		wake:     make(chan struct{}, 1),
 	}
 	c.mu.Lock()
@@ -189,6 +192,7 @@ func (c *Checker) sync(r *run) {
 		delete(r.workers, k)
 		if _, ok := r.verdicts[k]; ok {
 			delete(r.verdicts, k)
+			r.dirty[k] = true
 			r.changed = true
 		}
 	}
@@ -650,6 +654,7 @@ func (c *Checker) report(r *run, w *worker, v Verdict, changed, walMoved bool) {
 		return // removed or replaced meanwhile
 	}
 	r.verdicts[w.t.Key] = v
+	r.dirty[w.t.Key] = true
 	if changed {
 		r.changed = true
 		r.signal()
@@ -691,10 +696,19 @@ func (c *Checker) publishLoop(r *run, publish func(View)) {
 		}
 		var v View
 		if due {
-			v = maps.Clone(r.verdicts)
-			if v == nil {
-				v = View{}
+			// The last View with what was reported since: a View's
+			// making costs its changes, not every target.
+			e := r.last.Edit()
+			for k := range r.dirty {
+				if x, ok := r.verdicts[k]; ok {
+					e.Set(k, x)
+				} else {
+					e.Delete(k)
+				}
 			}
+			clear(r.dirty)
+			v = e.View()
+			r.last = v
 			r.changed, r.walMoved = false, false
 		}
 		c.mu.Unlock()

@@ -88,7 +88,7 @@ func TestSetTargets(t *testing.T) {
 	rec.waitVerdict("c/c", 2*time.Second, isState(Up, CauseOK))
 	rec.mu.Lock()
 	for i, v := range rec.views[before:] {
-		if got := v["c/a"]; got.State != Up {
+		if got := v.At("c/a"); got.State != Up {
 			t.Errorf("View %d after removing c/b: c/a is %v, want it Up throughout", before+i, got.State)
 		}
 	}
@@ -99,8 +99,8 @@ func TestSetTargets(t *testing.T) {
 	c.SetTargets([]Target{{"c/a", refusedAddr(t)}, {"c/c", other.addr}})
 	rec.waitVerdict("c/a", time.Second, absent)
 	rec.waitVerdict("c/a", 2*time.Second, isState(Down, CauseRefused))
-	if v, _ := rec.last(); v["c/c"].State != Up {
-		t.Errorf("c/c is %v after c/a moved, want Up", v["c/c"].State)
+	if v, _ := rec.last(); v.At("c/c").State != Up {
+		t.Errorf("c/c is %v after c/a moved, want Up", v.At("c/c").State)
 	}
 }
 
@@ -149,8 +149,8 @@ func TestNoLeakManyTCPTargets(t *testing.T) {
 	rec, stop := start(t, c, 0)
 	if err := pgtest.WaitFor(5*time.Second, func() error {
 		v, _ := rec.last()
-		if len(v) != len(ts) {
-			return fmt.Errorf("%d of %d targets judged", len(v), len(ts))
+		if v.Len() != len(ts) {
+			return fmt.Errorf("%d of %d targets judged", v.Len(), len(ts))
 		}
 		return nil
 	}); err != nil {
@@ -178,7 +178,7 @@ func TestPublishNeverConcurrent(t *testing.T) {
 		return func() error {
 			v, _ := rec.last()
 			n := 0
-			for _, vd := range v {
+			for _, vd := range v.All() {
 				if vd.State == s {
 					n++
 				}

@@ -136,10 +136,6 @@ func (v Verdict) Equal(o Verdict, progress bool) bool {
 		SameReplicas(v.Replicas, o.Replicas, progress) && (!progress || v.WAL == o.WAL)
 }
 
-// View is an immutable map Key -> Verdict, published whole. Never modified after publish.
-// A target absent from it is Unknown.
-type View map[string]Verdict
-
 // Config configures a Checker.
 type Config struct {
 	Check string // "tcp" or "postgres"

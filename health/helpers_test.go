@@ -45,7 +45,7 @@ func (r *recorder) last() (View, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.views) == 0 {
-		return nil, 0
+		return View{}, 0
 	}
 	return r.views[len(r.views)-1], len(r.views)
 }
@@ -57,7 +57,7 @@ func (r *recorder) waitVerdict(key string, timeout time.Duration, cond func(Verd
 	err := pgtest.WaitFor(timeout, func() error {
 		v, _ := r.last()
 		var ok bool
-		got, ok = v[key]
+		got, ok = v.Get(key)
 		return cond(got, ok)
 	})
 	if err != nil {

@@ -63,7 +63,7 @@ func TestLateTimeoutNotJudged(t *testing.T) {
 					time.Sleep(interval / 4) // the View after them (coalesced)
 					synctest.Wait()
 					v, _ := rec.last()
-					return got[seen-n : seen], v["c/n"].State
+					return got[seen-n : seen], v.At("c/n").State
 				}
 				if time.Now().After(deadline) {
 					t.Fatalf("%d probes within %v, want %d", len(got)-seen, time.Duration(n+1)*interval, n)

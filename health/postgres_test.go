@@ -225,8 +225,8 @@ func TestReportWAL(t *testing.T) {
 	first := rec.waitVerdict("c/pg", 10*time.Second, isState(Up, CauseOK))
 	if err := pgtest.WaitFor(10*time.Second, func() error {
 		v, n := rec.last()
-		if n < 6 || v["c/pg"].WAL <= first.WAL {
-			return fmt.Errorf("%d Views, WAL %X (first %X): want 6 Views and a WAL that moved", n, v["c/pg"].WAL, first.WAL)
+		if n < 6 || v.At("c/pg").WAL <= first.WAL {
+			return fmt.Errorf("%d Views, WAL %X (first %X): want 6 Views and a WAL that moved", n, v.At("c/pg").WAL, first.WAL)
 		}
 		return nil
 	}); err != nil {

@@ -143,8 +143,8 @@ func TestSessionTerminatedChangesNothing(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	for i, v := range rec.views[before:] {
-		if v["c/pg"].State != Up {
-			t.Errorf("View %d after the session was terminated: %v/%s, want up throughout", before+i, v["c/pg"].State, v["c/pg"].Cause)
+		if v.At("c/pg").State != Up {
+			t.Errorf("View %d after the session was terminated: %v/%s, want up throughout", before+i, v.At("c/pg").State, v.At("c/pg").Cause)
 		}
 	}
 }

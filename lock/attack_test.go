@@ -146,7 +146,7 @@ func (f *attackFleet) newcomer(t *testing.T, i int) {
 	eventually(t, 5*time.Second, "the new instance makes its first View", func() bool {
 		in.mu.Lock()
 		defer in.mu.Unlock()
-		return in.view != nil
+		return in.views > 0
 	})
 	for end := time.Now().Add(time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
 		if s := in.state(key); s == health.Up {

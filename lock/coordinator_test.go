@@ -149,7 +149,7 @@ func (in *instance) stop() {
 func (in *instance) state(key string) health.State {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.view[key].State
+	return in.view.At(key).State
 }
 
 // newClient returns a client of s with the deadlines a fleet member's has,

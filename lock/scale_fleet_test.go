@@ -410,7 +410,7 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 	in.shown.Store(true)
 	if fl.settling.Load() {
 		up := 0
-		for _, vd := range v {
+		for _, vd := range v.All() {
 			if vd.State == health.Up {
 				up++
 			}
@@ -425,7 +425,7 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 	if f := fl.flip.Load(); f != nil {
 		now := time.Now().UnixNano()
 		for j, k := range f.keys {
-			if v[fl.targets[k].Key].State == f.want {
+			if v.At(fl.targets[k].Key).State == f.want {
 				f.seen[i*len(f.keys)+j].CompareAndSwap(0, now)
 			}
 		}
@@ -513,7 +513,7 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 	}
 	var out []string
 	for _, t := range fl.targets {
-		if (*v)[t.Key].State == health.Up {
+		if (*v).At(t.Key).State == health.Up {
 			continue
 		}
 		probe, seed := in.coord.Claim(t)
@@ -523,7 +523,7 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 				holder = fmt.Sprintf("its holder %.8s: %s; its checker: %s", h.coord.Token(), h.coord.explain(t), h.check.explain(fl.index[t.Key]))
 			}
 		}
-		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s)", t.Key, (*v)[t.Key].State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), holder))
+		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s)", t.Key, (*v).At(t.Key).State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), holder))
 		if len(out) == 3 {
 			break
 		}
@@ -581,20 +581,20 @@ type scaleJudge struct {
 func (j *scaleJudge) judge(fl *scaleFleet, i int, v health.View) {
 	now := time.Now().UnixNano()
 	for n, k := range j.keys {
-		switch v[fl.targets[k].Key].State {
+		switch v.At(fl.targets[k].Key).State {
 		case health.Down:
 			j.down[i*len(j.keys)+n].CompareAndSwap(0, now)
 		case health.Up:
 			if first := j.down[i*len(j.keys)+n].Load(); first != 0 {
 				j.upAgain.Add(1)
-				vd := v[fl.targets[k].Key]
+				vd := v.At(fl.targets[k].Key)
 				e := fmt.Sprintf("instance %d (%s) showed %s Up at +%v after showing it Down at +%v; the verdict shown was probed at +%v",
 					i, fl.ins[i].coord.Mode(), fl.targets[k].Key, ms3(time.Duration(now-j.at.UnixNano())), ms3(time.Unix(0, first).Sub(j.at)), ms3(vd.Last.Sub(j.at)))
 				j.example.CompareAndSwap(nil, &e)
 			}
 		}
 	}
-	for key, vd := range v {
+	for key, vd := range v.All() {
 		if k, ok := fl.index[key]; ok && vd.State == health.Down && !fl.down[k].Load() {
 			j.wrongDown.Add(1)
 			e := fmt.Sprintf("instance %d showed %s Down (%s %s), its backend up", i, key, vd.Cause, vd.Detail)

@@ -122,7 +122,7 @@ type pgInstance struct {
 func (in *pgInstance) verdict(key string) health.Verdict {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.view[key]
+	return in.view.At(key)
 }
 
 // startPGInstance starts a fleet member on rdb with the postgres check of

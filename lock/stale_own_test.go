@@ -26,7 +26,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 		t.Fatal("local mode: the target is not probed here")
 	}
 	c.Record(tg, health.Progress{Verdict: health.Verdict{State: health.Up}, OK: 3})
-	if s := c.view()[tg.Key].State; s != health.Up {
+	if s := c.view().At(tg.Key).State; s != health.Up {
 		t.Fatalf("own verdict in local mode: %v, want up", s)
 	}
 
@@ -39,7 +39,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 	if probe, _ := c.Claim(tg); probe {
 		t.Fatal("a live holder's status covers the target, yet it is probed here")
 	}
-	if s := c.view()[tg.Key].State; s != health.Down {
+	if s := c.view().At(tg.Key).State; s != health.Down {
 		t.Fatalf("covered by the holder: %v, want down", s)
 	}
 
@@ -49,7 +49,7 @@ func TestCoordinatorDropsOwnWhenCovered(t *testing.T) {
 	if !probe || start.Verdict.State != health.Down {
 		t.Fatalf("holder gone: probe %v from %+v, want a probe from the holder's down", probe, start)
 	}
-	if s := c.view()[tg.Key].State; s != health.Down {
+	if s := c.view().At(tg.Key).State; s != health.Down {
 		t.Fatalf("holder gone, before this instance's first probe: %v, want the holder's down, not the old own up", s)
 	}
 }

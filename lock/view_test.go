@@ -143,13 +143,13 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 // the probe included.
 func viewDiff(got, want health.View) []string {
 	var out []string
-	for k, w := range want {
-		if g, ok := got[k]; !ok || !g.Equal(w, true) || !g.Last.Equal(w.Last) {
+	for k, w := range want.All() {
+		if g, ok := got.Get(k); !ok || !g.Equal(w, true) || !g.Last.Equal(w.Last) {
 			out = append(out, fmt.Sprintf("entry %s: made again %+v, made whole %+v", k, g, w))
 		}
 	}
-	for k, g := range got {
-		if _, ok := want[k]; !ok {
+	for k, g := range got.All() {
+		if _, ok := want.Get(k); !ok {
 			out = append(out, fmt.Sprintf("entry %s: made again %+v, made whole none", k, g))
 		}
 	}
@@ -180,14 +180,14 @@ func TestViewHolderLapses(t *testing.T) {
 	st.V = c.now()
 	c.mu.Unlock()
 	c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
-	if v := c.view(); v[tg.Key].State != health.Up {
-		t.Fatalf("while the holder's status covers %s, the View has %v, want its Up", tg.Key, v[tg.Key].State)
+	if v := c.view(); v.At(tg.Key).State != health.Up {
+		t.Fatalf("while the holder's status covers %s, the View has %v, want its Up", tg.Key, v.At(tg.Key).State)
 	}
 	c.mu.Lock()
 	c.offset += c.b.cover() + time.Second
 	c.mu.Unlock()
-	if v := c.view(); v[tg.Key].State != health.Down {
-		t.Fatalf("once the holder's status lapsed, the View has %v for %s, want this instance's own Down", v[tg.Key].State, tg.Key)
+	if v := c.view(); v.At(tg.Key).State != health.Down {
+		t.Fatalf("once the holder's status lapsed, the View has %v for %s, want this instance's own Down", v.At(tg.Key).State, tg.Key)
 	}
 }
 
@@ -222,8 +222,8 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 			c.mu.Unlock()
 			c.Claim(tg)
 			c.Record(tg, tc.own)
-			if v := c.view(); v[tg.Key].State != tc.own.Verdict.State {
-				t.Fatalf("in local mode the View has %v for %s, want this instance's own %v", v[tg.Key].State, tg.Key, tc.own.Verdict.State)
+			if v := c.view(); v.At(tg.Key).State != tc.own.Verdict.State {
+				t.Fatalf("in local mode the View has %v for %s, want this instance's own %v", v.At(tg.Key).State, tg.Key, tc.own.Verdict.State)
 			}
 			// The return, then the holder's first status, published.
 			c.mu.Lock()
@@ -236,15 +236,15 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 			st.V = c.now()
 			c.mu.Unlock()
 			c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
-			if v := c.view(); v[tg.Key].State != tc.want {
+			if v := c.view(); v.At(tg.Key).State != tc.want {
 				t.Fatalf("after the return, with the holder's %v (ok %d, fail %d) against this instance's own %v, the View has %v, want %v",
-					tc.holder.Verdict.State, tc.holder.OK, tc.holder.Fail, tc.own.Verdict.State, v[tg.Key].State, tc.want)
+					tc.holder.Verdict.State, tc.holder.OK, tc.holder.Fail, tc.own.Verdict.State, v.At(tg.Key).State, tc.want)
 			}
 			// This instance's next tick leaves the target to its holder;
 			// the View must not change for it.
 			c.Claim(tg)
-			if v := c.view(); v[tg.Key].State != tc.want {
-				t.Fatalf("after this instance's next tick, the View has %v for %s, want %v still", v[tg.Key].State, tg.Key, tc.want)
+			if v := c.view(); v.At(tg.Key).State != tc.want {
+				t.Fatalf("after this instance's next tick, the View has %v for %s, want %v still", v.At(tg.Key).State, tg.Key, tc.want)
 			}
 			// The holder's next probe decides.
 			next := tc.holder
@@ -260,8 +260,8 @@ func TestViewReturnNoFlapBack(t *testing.T) {
 			st.V = c.now() + 1
 			c.mu.Unlock()
 			c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
-			if v := c.view(); v[tg.Key].State != next.Verdict.State {
-				t.Fatalf("with the holder's next status %v, the View has %v for %s", next.Verdict.State, v[tg.Key].State, tg.Key)
+			if v := c.view(); v.At(tg.Key).State != next.Verdict.State {
+				t.Fatalf("with the holder's next status %v, the View has %v for %s", next.Verdict.State, v.At(tg.Key).State, tg.Key)
 			}
 		})
 	}
@@ -293,15 +293,15 @@ func TestViewReturnLateMessage(t *testing.T) {
 	m.Now = time.Now().Add(c.offset)
 	c.round(m)            // the return
 	status(up(2), before) // published before the outage, received now
-	if v := c.view(); v[tg.Key].State != health.Down {
-		t.Fatalf("a status published before the outage and received after the return covers %s: the View has %v, want this instance's own Down", tg.Key, v[tg.Key].State)
+	if v := c.view(); v.At(tg.Key).State != health.Down {
+		t.Fatalf("a status published before the outage and received after the return covers %s: the View has %v, want this instance's own Down", tg.Key, v.At(tg.Key).State)
 	}
 	c.mu.Lock()
 	now := c.now()
 	c.mu.Unlock()
 	status(up(2), now) // the holder writes again
-	if v := c.view(); v[tg.Key].State != health.Up {
-		t.Fatalf("the holder's status written after the return does not cover %s: the View has %v, want its Up", tg.Key, v[tg.Key].State)
+	if v := c.view(); v.At(tg.Key).State != health.Up {
+		t.Fatalf("the holder's status written after the return does not cover %s: the View has %v, want its Up", tg.Key, v.At(tg.Key).State)
 	}
 }
 

@@ -169,7 +169,7 @@ func gather(ctx context.Context, o statusOptions, rdb redis.UniversalClient, dia
 func assess(ctx context.Context, o fleetOptions, nodes []pgcluster.Node, rdb redis.UniversalClient, dials *rediserr.Dials) (*report, error) {
 	r := &report{Time: time.Now().UTC(), Registry: o.registry, Zone: o.judge.Zone, Checks: rdb != nil}
 	var fleet *lock.Fleet
-	view := health.View{}
+	verdicts := map[string]health.Verdict{}
 	if rdb != nil {
 		keys := make([]string, 0, len(nodes))
 		for _, n := range nodes {
@@ -184,11 +184,11 @@ func assess(ctx context.Context, o fleetOptions, nodes []pgcluster.Node, rdb red
 		for _, n := range nodes {
 			key := strings.ToLower(n.Cluster + "/" + n.Name)
 			if v, ok := verdict(fleet.Keys[key], n); ok {
-				view[key] = v
+				verdicts[key] = v
 			}
 		}
 	}
-	clusters, err := pgcluster.Judge(nodes, view, o.judge)
+	clusters, err := pgcluster.Judge(nodes, health.ViewOf(verdicts), o.judge)
 	if err != nil {
 		return nil, err
 	}

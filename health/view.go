@@ -1,0 +1,197 @@
+package health
+
+import (
+	"fmt"
+	"iter"
+	"maps"
+	"math"
+	"sync/atomic"
+)
+
+// View is an immutable set of verdicts by target Key; a target absent from
+// it is Unknown. The zero View is empty. Views are handed from the checker
+// and the fleet's coordinator to the plugin whole, and never written once
+// made.
+//
+// A View made from another by a few changes (Edit) shares the other's
+// entries instead of copying them: every instance of a fleet makes a new
+// View for each change the fleet publishes, and at 10,000 targets a copy
+// of every entry per change was most of an instance's work during a flip
+// (and of its garbage). Its changes are kept beside the shared entries
+// until they number about the square root of the entries, then folded
+// into entries of its own: an Edit costs its changes plus, amortised,
+// about as many entries again.
+type View struct {
+	base *viewBase
+	over map[string]viewSlot // keys set or deleted since base
+	n    int
+}
+
+// viewBase is the entries Views share.
+type viewBase struct {
+	m   map[string]Verdict
+	gen uint64 // unique to this base
+	// parent is the gen of the base this one was folded from (0: none),
+	// changed the keys whose verdicts may differ from it.
+	parent  uint64
+	changed []string
+}
+
+// viewSlot is a key's verdict set (or its deletion) since a View's base.
+type viewSlot struct {
+	v    Verdict
+	gone bool
+}
+
+// viewGens numbers bases, from 1: gen 0 is the zero View's.
+var viewGens atomic.Uint64
+
+// ViewOf makes a View of m, which it takes: m is never written afterwards.
+func ViewOf(m map[string]Verdict) View {
+	if len(m) == 0 {
+		return View{}
+	}
+	return View{base: &viewBase{m: m, gen: viewGens.Add(1)}, n: len(m)}
+}
+
+// Len is the number of verdicts in v.
+func (v View) Len() int { return v.n }
+
+// Get returns key's verdict, and whether v has one.
+func (v View) Get(key string) (Verdict, bool) {
+	if s, ok := v.over[key]; ok {
+		return s.v, !s.gone
+	}
+	if v.base == nil {
+		return Verdict{}, false
+	}
+	x, ok := v.base.m[key]
+	return x, ok
+}
+
+// At returns key's verdict, the zero Verdict (Unknown) when v has none.
+func (v View) At(key string) Verdict {
+	x, _ := v.Get(key)
+	return x
+}
+
+// All yields every verdict of v, in no order.
+func (v View) All() iter.Seq2[string, Verdict] {
+	return func(yield func(string, Verdict) bool) {
+		if v.base != nil {
+			for k, x := range v.base.m {
+				if _, ok := v.over[k]; ok {
+					continue
+				}
+				if !yield(k, x) {
+					return
+				}
+			}
+		}
+		for k, s := range v.over {
+			if !s.gone && !yield(k, s.v) {
+				return
+			}
+		}
+	}
+}
+
+// Changed returns the keys whose verdicts may differ between was and v (a
+// superset: each is to be compared), when that is known without a pass
+// over every entry: v was made from was, or both from one View, by Edits
+// folded at most once since. Otherwise ok is false.
+func (v View) Changed(was View) (keys []string, ok bool) {
+	var vb, wb uint64
+	if v.base != nil {
+		vb = v.base.gen
+	}
+	if was.base != nil {
+		wb = was.base.gen
+	}
+	switch {
+	case vb == wb:
+	case v.base != nil && v.base.parent == wb:
+		keys = append(keys, v.base.changed...)
+	default:
+		return nil, false
+	}
+	for k := range v.over {
+		keys = append(keys, k)
+	}
+	for k := range was.over {
+		keys = append(keys, k)
+	}
+	return keys, true
+}
+
+// ViewEdit makes a View from another by changes (see View.Edit).
+type ViewEdit struct {
+	from View
+	set  map[string]viewSlot
+}
+
+// Edit starts a View that is v with the changes made to the returned
+// ViewEdit; v itself never changes.
+func (v View) Edit() *ViewEdit {
+	return &ViewEdit{from: v, set: map[string]viewSlot{}}
+}
+
+// Set gives key the verdict x.
+func (e *ViewEdit) Set(key string, x Verdict) { e.set[key] = viewSlot{v: x} }
+
+// Delete leaves key without a verdict.
+func (e *ViewEdit) Delete(key string) { e.set[key] = viewSlot{gone: true} }
+
+// View makes the View: the one Edit began from with every change since.
+func (e *ViewEdit) View() View {
+	from := e.from
+	if len(e.set) == 0 {
+		return from
+	}
+	n := from.n
+	for k, s := range e.set {
+		_, had := from.Get(k)
+		switch {
+		case had && s.gone:
+			n--
+		case !had && !s.gone:
+			n++
+		}
+	}
+	over := make(map[string]viewSlot, len(from.over)+len(e.set))
+	maps.Copy(over, from.over)
+	maps.Copy(over, e.set)
+	if len(over) <= foldAfter(n) {
+		return View{base: from.base, over: over, n: n}
+	}
+	// Fold: entries of its own, which the next Views share.
+	m := make(map[string]Verdict, n)
+	var parent uint64
+	if from.base != nil {
+		maps.Copy(m, from.base.m)
+		parent = from.base.gen
+	}
+	changed := make([]string, 0, len(over))
+	for k, s := range over {
+		changed = append(changed, k)
+		if s.gone {
+			delete(m, k)
+		} else {
+			m[k] = s.v
+		}
+	}
+	return View{base: &viewBase{m: m, gen: viewGens.Add(1), parent: parent, changed: changed}, n: n}
+}
+
+// foldAfter is how many changes a View of n verdicts keeps beside the
+// entries it shares before it folds them in: about √n, so that an Edit's
+// copy of them and a fold's copy of every entry, once per as many
+// changes, cost about the same.
+func foldAfter(n int) int {
+	return max(32, int(math.Sqrt(float64(n))))
+}
+
+// String prints v as a map of its verdicts, keys in order.
+func (v View) String() string {
+	return fmt.Sprint(maps.Collect(v.All()))
+}
