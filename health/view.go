@@ -145,18 +145,24 @@ func (e *ViewEdit) Delete(key string) { e.set[key] = viewSlot{gone: true} }
 // View makes the View: the one Edit began from with every change since.
 func (e *ViewEdit) View() View {
 	from := e.from
-	if len(e.set) == 0 {
-		return from
-	}
+	// A key set to the verdict it has is no change: a View made
+	// again from the keys that may have changed (lock's) sets many
+	// that did not, which must neither be copied on nor bring the fold
+	// closer.
 	n := from.n
 	for k, s := range e.set {
-		_, had := from.Get(k)
+		x, had := from.Get(k)
 		switch {
 		case had && s.gone:
 			n--
 		case !had && !s.gone:
 			n++
+		case !had || x.Equal(s.v, true) && x.Last.Equal(s.v.Last):
+			delete(e.set, k)
 		}
+	}
+	if len(e.set) == 0 {
+		return from
 	}
 	over := make(map[string]viewSlot, len(from.over)+len(e.set))
 	maps.Copy(over, from.over)

@@ -993,9 +993,18 @@ func (c *Coordinator) view() health.View {
 		if again <= len(c.targets)/4 {
 			e := c.lastView.Edit()
 			set := func(k string) {
-				if x, ok := c.viewEntry(k); ok {
+				x, ok := c.viewEntry(k)
+				was, had := c.lastView.Get(k)
+				switch {
+				case ok && had && was.Equal(x, true) && x.Last.Sub(was.Last) < c.b.rewrite():
+					// Only the time of the probe moved: it is shown
+					// as fresh as the fleet's statuses are (a holder
+					// stores a quiet one again every rewrite period),
+					// not made again at every probe of every target
+					// this instance holds.
+				case ok:
 					e.Set(k, x)
-				} else if _, had := c.lastView.Get(k); had {
+				case had:
 					e.Delete(k)
 				}
 			}

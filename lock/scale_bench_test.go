@@ -93,6 +93,7 @@ const (
 //	SCALE_CPUPROFILE  writes a CPU profile of the measurement window
 //	              (go tool pprof) to that file: an instance's steady
 //	              state, without the start-up
+//	SCALE_FLIPPROFILE  writes one of the flips to that file
 //	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
 //	              of this process), as the fleet these coordinators
 //	              stand for runs Redis on a machine of its own (on 2
@@ -168,20 +169,22 @@ func BenchmarkScaleStall(b *testing.B) {
 	}
 }
 
-// windowProfile writes a CPU profile of the measurement window to the
-// file SCALE_CPUPROFILE names, if any: where an instance's steady-state
-// work goes, without the start-up's.
-func windowProfile(b *testing.B) (stop func()) {
-	name := os.Getenv("SCALE_CPUPROFILE")
+// windowProfile writes a CPU profile, from now until stop, to the file
+// the environment variable env names, if any: where the work of one part
+// of the run goes (SCALE_CPUPROFILE: the measurement window, an
+// instance's steady state, without the start-up's; SCALE_FLIPPROFILE:
+// the flips).
+func windowProfile(b *testing.B, env string) (stop func()) {
+	name := os.Getenv(env)
 	if name == "" {
 		return func() {}
 	}
 	f, err := os.Create(name)
 	if err != nil {
-		b.Fatalf("SCALE_CPUPROFILE: %v", err)
+		b.Fatalf("%s: %v", env, err)
 	}
 	if err := pprof.StartCPUProfile(f); err != nil {
-		b.Fatalf("SCALE_CPUPROFILE: %v", err)
+		b.Fatalf("%s: %v", env, err)
 	}
 	return func() {
 		pprof.StopCPUProfile()
@@ -320,7 +323,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	from := fl.snap(b)
 	delayed := fl.delayed.Load()
 	fl.lateness()
-	stopProfile := windowProfile(b)
+	stopProfile := windowProfile(b, "SCALE_CPUPROFILE")
 	time.Sleep(window) // the measurement window
 	stopProfile()
 	late := fl.lateness()
@@ -395,6 +398,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 	flipWait := time.Duration(scaleFall+scaleRise)*scaleInterval + 10*time.Second
 	slowErr := slowRedis(context.Background(), fl.admin)
 	views := fl.views.Load()
+	stopFlipProfile := windowProfile(b, "SCALE_FLIPPROFILE")
 	for range flips {
 		keys := make([]int32, 0, scaleFlipKeys)
 		for _, k := range rng.Perm(m)[:min(scaleFlipKeys, m)] {
@@ -410,6 +414,7 @@ func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, set
 			}
 		}
 	}
+	stopFlipProfile()
 	if len(spread) > 0 {
 		slices.Sort(spread)
 		slices.Sort(all)
@@ -462,6 +467,10 @@ func (fl *scaleFleet) flipCauses(say func(string, ...any), slowErr error) {
 	if len(calls) == 0 {
 		say("  during the flips: no Redis call of the instances timed; %s", slow)
 		return
+	}
+	if prop := fl.flipProp.sorted(); len(prop) > 0 {
+		say("  during the flips: %d statuses went from their holder's write to an instance, p50 %v, p99 %v, max %v",
+			len(prop), quantile(prop, 0.5).Round(10*time.Microsecond), ms3(quantile(prop, 0.99)), ms3(prop[len(prop)-1]))
 	}
 	say("  during the flips: this process's goroutines waited to run p50 %s, p99 %s, p99.9 %s, max %s (%d waits sampled, /sched/latencies), through %d collections of its heap (%.0f MB allocated); the instances' %d Redis calls took, as they saw them, p50 %v, p99 %v, max %v; %s",
 		waited(w50), waited(w99), waited(w999), waited(wmax), waits, proc.cycles, mb(int64(proc.allocated)), len(calls), quantile(calls, 0.5).Round(10*time.Microsecond), ms3(quantile(calls, 0.99)), ms3(calls[len(calls)-1]), slow)

@@ -86,6 +86,7 @@ type scaleFleet struct {
 	// While the flips wait: the instances' Redis calls, and what this
 	// process's runtime counted (see flipBackends).
 	flipCalls callTimes
+	flipProp  callTimes // from a holder's write to its status applied at an instance
 	flipProc  procSpans
 	judge     atomic.Pointer[scaleJudge]
 }
@@ -128,9 +129,13 @@ func (o scaleObserver) Mode(mode string) {
 	o.in.modes = append(o.in.modes, modeChange{time.Now(), mode})
 }
 
-func (o scaleObserver) Leases(int)                {}
-func (o scaleObserver) Propagation(time.Duration) {}
-func (o scaleObserver) Extend(int, int)           {}
+func (o scaleObserver) Leases(int) {}
+func (o scaleObserver) Propagation(d time.Duration) {
+	if o.fl.flipCalls.on.Load() {
+		o.fl.flipProp.add(d)
+	}
+}
+func (o scaleObserver) Extend(int, int) {}
 
 func (o scaleObserver) Message(result string) {
 	switch result {
