@@ -3,6 +3,7 @@ package pgcluster
 import (
 	"context"
 	"fmt"
+	"github.com/pgcluster/pgcluster/health"
 	"net/netip"
 	"slices"
 	"strings"
@@ -181,6 +182,35 @@ func BenchmarkChangeScale(b *testing.B) {
 				rows = slices.Clone(rows)
 				rows[0].Role, rows[1].Role = rows[1].Role, rows[0].Role
 				s = s.next(change{rowsUpdate: rowsUpdate{nodes: map[string][]Node{"c0": rows}}})
+			}
+		})
+		b.Run(fmt.Sprintf("verdict/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
+			// A node's check verdict flips: every instance makes this
+			// change for each flip the fleet publishes. Only its cluster
+			// is built again, found from the View's changes (not by
+			// comparing every verdict).
+			cset := *set
+			cset.check, cset.allDown = checkTCP, allDownClosed
+			verdicts := map[string]health.Verdict{}
+			for _, n := range nodes {
+				verdicts[n.Cluster+"/"+n.Name] = health.Verdict{State: health.Up, Cause: health.CauseOK}
+			}
+			view := health.ViewOf(verdicts)
+			s := build(buildInput{settings: &cset, nodes: nodes, aliases: aliases, view: view})
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				n := nodes[i%len(nodes)]
+				e := view.Edit()
+				v := health.Verdict{State: health.Down, Cause: health.CauseRefused}
+				if i/len(nodes)%2 == 1 {
+					v = health.Verdict{State: health.Up, Cause: health.CauseOK}
+				}
+				e.Set(n.Cluster+"/"+n.Name, v)
+				view = e.View()
+				s = s.next(change{view: view, viewSet: true})
+				if len(s.rebuilt) != 1 {
+					b.Fatalf("a verdict of one node rebuilt %d clusters", len(s.rebuilt))
+				}
 			}
 		})
 		b.Run(fmt.Sprintf("alias/nodes=%d/clusters=%d/aliases=%d", sc.n, sc.clusters, sc.aliases), func(b *testing.B) {
