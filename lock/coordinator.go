@@ -218,6 +218,7 @@ type Coordinator struct {
 	wake         chan struct{}
 	dirty        map[string]struct{} // keys whose View entry may have changed since the last View (see view)
 	dirtyAll     bool                // any entry may have: the next View is made whole
+	ownAll       bool                // the entry of any key in own may have (see signal)
 	lastView     health.View         // the last View made (when lastMade), shared with Run's apply
 	lastMade     bool
 	readWake     chan struct{}        // tells reads there may be something to read
@@ -445,7 +446,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 			}
 		}
 	}
-	c.signal()
+	c.signalAll()
 }
 
 // Mode returns ModeCoordinated or ModeLocal ("" before Run's first heartbeat).
@@ -907,9 +908,20 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 	}
 }
 
-// signal tells Run's view loop to make a new View, whole: any target's
-// entry may have changed. c.mu is held.
+// signal tells Run's view loop to make a new View in which the entry of
+// every target this instance has a verdict of may have changed: the
+// members, the leases held, the mode or a holder's feed moved, which
+// decide between its own verdict and the holder's (see entry). The entry
+// of any other target is its holder's status, touched when that changes.
+// c.mu is held.
 func (c *Coordinator) signal() {
+	c.ownAll = true
+	c.wakeView()
+}
+
+// signalAll tells Run's view loop to make a new View, whole: any target's
+// entry may have changed (the targets did). c.mu is held.
+func (c *Coordinator) signalAll() {
 	c.dirtyAll = true
 	c.wakeView()
 }
@@ -951,16 +963,18 @@ func (c *Coordinator) wakeView() {
 // changed), and every key this instance probed and does not hold: whether
 // its own verdict or its holder's answers turns on the holder's status
 // still covering it, which lapses with time, not by a change here.
-// Anything else that moves entries (the targets, the members, a lease
-// taken or released, the mode) makes the next View whole (see signal), as
-// does a View with a quarter of the targets to make again (local mode,
-// where this instance probes them all).
+// The members, a lease taken or released, the mode or a holder's feed
+// move only the entries of keys this instance has a verdict of (see
+// entry): the next View makes each of those again (see signal). New
+// targets make it whole (signalAll), as does a View with a quarter of the
+// targets to make again (local mode, where this instance probes them
+// all).
 func (c *Coordinator) view() health.View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer func() {
 		clear(c.dirty)
-		c.dirtyAll = false
+		c.dirtyAll, c.ownAll = false, false
 	}()
 	if len(c.targets) == 0 {
 		c.lastView, c.lastMade = health.View{}, false
@@ -985,26 +999,21 @@ func (c *Coordinator) view() health.View {
 	}
 	if !c.dirtyAll && c.lastMade {
 		again := len(c.dirty)
-		for k := range c.own {
-			if !c.held[k] {
-				again++
+		if c.ownAll {
+			again += len(c.own)
+		} else {
+			for k := range c.own {
+				if !c.held[k] {
+					again++
+				}
 			}
 		}
 		if again <= len(c.targets)/4 {
 			e := c.lastView.Edit()
 			set := func(k string) {
-				x, ok := c.viewEntry(k)
-				was, had := c.lastView.Get(k)
-				switch {
-				case ok && had && was.Equal(x, true) && x.Last.Sub(was.Last) < c.b.rewrite():
-					// Only the time of the probe moved: it is shown
-					// as fresh as the fleet's statuses are (a holder
-					// stores a quiet one again every rewrite period),
-					// not made again at every probe of every target
-					// this instance holds.
-				case ok:
+				if x, ok := c.viewEntry(k); ok {
 					e.Set(k, x)
-				case had:
+				} else {
 					e.Delete(k)
 				}
 			}
@@ -1012,7 +1021,7 @@ func (c *Coordinator) view() health.View {
 				set(k)
 			}
 			for k := range c.own {
-				if !c.held[k] {
+				if c.ownAll || !c.held[k] {
 					set(k)
 				}
 			}
@@ -1032,14 +1041,31 @@ func (c *Coordinator) view() health.View {
 	return c.lastView
 }
 
-// viewEntry returns key's entry of the View, and whether it has one: this
+// viewEntry returns key's entry of the View, and whether it has one (see
+// entry). An entry whose verdict is the last View's but for the time of
+// its probe keeps the last View's time for a rewrite period: it is shown
+// as fresh as the fleet's statuses are (a holder stores a quiet one again
+// every rewrite period), not made again at every probe of every target
+// this instance holds, each a change of the View. c.mu is held.
+func (c *Coordinator) viewEntry(key string) (health.Verdict, bool) {
+	x, ok := c.entry(key)
+	if !ok {
+		return x, false
+	}
+	if was, had := c.lastView.Get(key); had && was.Equal(x, true) && x.Last.Sub(was.Last) < c.b.rewrite() && !x.Last.Before(was.Last) {
+		return was, true
+	}
+	return x, true
+}
+
+// entry returns key's entry of the View, and whether it has one: this
 // instance's own verdict where it probes the target, or probed it last and
 // no holder's status covers it yet (it is left to its owner meanwhile:
 // after a return, what this instance found in local mode is newer than
 // what the fleet knew before the outage) or the holder's is on its way to
 // it (see status.behind); else the holder's; none for a key that is not a
 // target or whose verdict is unknown. c.mu is held.
-func (c *Coordinator) viewEntry(key string) (health.Verdict, bool) {
+func (c *Coordinator) entry(key string) (health.Verdict, bool) {
 	addr, ok := c.targets[key]
 	if !ok {
 		return health.Verdict{}, false

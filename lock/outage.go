@@ -173,6 +173,7 @@ func (c *Coordinator) goLocal() {
 		if until := asOf + c.b.localCover().Microseconds(); until > c.now() {
 			c.localCover[k] = localCover{addr: addr, until: until}
 			delete(c.own, k) // older than the holder's status, which the View answers
+			c.touch(k)
 		}
 	}
 	c.mode = ModeLocal

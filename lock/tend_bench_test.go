@@ -84,7 +84,7 @@ func BenchmarkView(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				c.mu.Lock()
-				c.signal()
+				c.signalAll()
 				c.mu.Unlock()
 				c.view()
 			}

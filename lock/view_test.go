@@ -130,7 +130,7 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 		}
 		got := c.view()
 		c.mu.Lock()
-		c.signal()
+		c.signalAll()
 		c.mu.Unlock()
 		want := c.view()
 		if diff := viewDiff(got, want); len(diff) > 0 {
