@@ -31,8 +31,10 @@ type View struct {
 type viewBase struct {
 	m   map[string]Verdict
 	gen uint64 // unique to this base
-	// parent is the gen of the base this one was folded from (0: none),
-	// changed the keys whose verdicts may differ from it.
+	// folded says this base was folded from the one whose gen is parent
+	// (0: the zero View's, none), changed the keys whose verdicts may
+	// differ from it; a View of a whole map (ViewOf) has none.
+	folded  bool
 	parent  uint64
 	changed []string
 }
@@ -110,7 +112,7 @@ func (v View) Changed(was View) (keys []string, ok bool) {
 	}
 	switch {
 	case vb == wb:
-	case v.base != nil && v.base.parent == wb:
+	case v.base != nil && v.base.folded && v.base.parent == wb:
 		keys = append(keys, v.base.changed...)
 	default:
 		return nil, false
@@ -186,7 +188,7 @@ func (e *ViewEdit) View() View {
 			m[k] = s.v
 		}
 	}
-	return View{base: &viewBase{m: m, gen: viewGens.Add(1), parent: parent, changed: changed}, n: n}
+	return View{base: &viewBase{m: m, gen: viewGens.Add(1), folded: true, parent: parent, changed: changed}, n: n}
 }
 
 // foldAfter is how many changes a View of n verdicts keeps beside the

@@ -84,6 +84,25 @@ func TestViewEdits(t *testing.T) {
 	}
 }
 
+// Changed never takes a View of a whole map for one made by Edits from
+// the View before it: the first View a plugin gets, after the zero View
+// it starts from, has every verdict new.
+func TestViewChangedWhole(t *testing.T) {
+	m := map[string]Verdict{"c/a": {State: Up}, "c/b": {State: Down}}
+	whole := ViewOf(m)
+	for _, was := range []View{{}, ViewOf(map[string]Verdict{"c/a": {State: Up}})} {
+		keys, ok := whole.Changed(was)
+		if ok && !(slices.Contains(keys, "c/a") && slices.Contains(keys, "c/b")) {
+			t.Errorf("Changed(%v) of a View of a whole map: %q, ok; want not ok, or both keys", was, keys)
+		}
+	}
+	e := View{}.Edit()
+	e.Set("c/a", Verdict{State: Up})
+	if keys, ok := e.View().Changed(View{}); !ok || !slices.Equal(keys, []string{"c/a"}) {
+		t.Errorf("an Edit of the zero View: Changed %q, %v; want [c/a], true", keys, ok)
+	}
+}
+
 func mapsUnion(a, b map[string]Verdict) map[string]bool {
 	out := map[string]bool{}
 	for k := range a {
