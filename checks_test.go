@@ -3,6 +3,8 @@ package pgcluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"sort"
 	"strings"
@@ -323,4 +325,38 @@ func runChecks(t *testing.T, set *settings) *publisher {
 		}
 	})
 	return pb
+}
+
+// The targets gauge counted from a View's changes alone agrees with a
+// count of every verdict, through Edits, folds and whole Views.
+func TestViewCountsFollowEdits(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var vc viewCounts
+	v := health.View{}
+	for step := range 2000 {
+		if step%500 == 499 {
+			v = health.ViewOf(maps.Collect(v.All())) // made whole
+		} else {
+			e := v.Edit()
+			for range 1 + rng.IntN(5) {
+				k := fmt.Sprintf("c/n%d", rng.IntN(300))
+				if rng.IntN(5) == 0 {
+					e.Delete(k)
+				} else {
+					e.Set(k, health.Verdict{State: health.State(1 + rng.IntN(2))})
+				}
+			}
+			v = e.View()
+		}
+		vc.report("pgcluster.test.", v)
+		want := map[health.State]int{}
+		for _, x := range v.All() {
+			want[x.State]++
+		}
+		for _, st := range []health.State{health.Up, health.Down} {
+			if vc.counts[st] != want[st] {
+				t.Fatalf("step %d: %v counted %d from the changes, %d in the View", step, st, vc.counts[st], want[st])
+			}
+		}
+	}
 }

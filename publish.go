@@ -34,7 +34,8 @@ type publisher struct {
 	tmu  sync.Mutex
 	sent uint64
 
-	mu sync.Mutex // one change at a time; guards what follows
+	mu     sync.Mutex // one change at a time; guards what follows
+	counts viewCounts // of the last View, for the targets gauge
 	// waitView holds the first snapshot back until the first setView: with
 	// a fleet, an instance answers only once it knows the fleet's verdicts.
 	waitView bool
@@ -122,7 +123,7 @@ func (pb *publisher) setView(v health.View) {
 	defer pb.mu.Unlock()
 	pb.waitView = false
 	if !pb.quiet {
-		reportView(pb.set.zones[0], v)
+		pb.counts.report(pb.set.zones[0], v)
 	}
 	pb.change(change{view: v, viewSet: true})
 }
