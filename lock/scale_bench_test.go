@@ -94,6 +94,7 @@ const (
 //	              (go tool pprof) to that file: an instance's steady
 //	              state, without the start-up
 //	SCALE_FLIPPROFILE  writes one of the flips to that file
+//	              (and of both, the lock contention to that file.mutex)
 //	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
 //	              of this process), as the fleet these coordinators
 //	              stand for runs Redis on a machine of its own (on 2
@@ -186,9 +187,18 @@ func windowProfile(b *testing.B, env string) (stop func()) {
 	if err := pprof.StartCPUProfile(f); err != nil {
 		b.Fatalf("%s: %v", env, err)
 	}
+	// And where goroutines waited for each other's locks meanwhile, to
+	// name.mutex: what a status waits for on its way to the View is not
+	// CPU.
+	runtime.SetMutexProfileFraction(1)
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+		runtime.SetMutexProfileFraction(0)
+		if m, err := os.Create(name + ".mutex"); err == nil {
+			pprof.Lookup("mutex").WriteTo(m, 0)
+			m.Close()
+		}
 	}
 }
 
