@@ -3,12 +3,16 @@ package health
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
+
+	"github.com/jackc/pgx/v5/pgconn"
 	"testing"
 	"time"
 
@@ -21,7 +25,8 @@ import (
 // (HEALTH_BENCH_DURATION and HEALTH_BENCH_SESSIONS override). It reports the servers' CPU per poll
 // (every process of the three, from /proc/PID/schedstat, which counts
 // nanoseconds on CPU, over the polls the checker ran) and this checker's
-// CPU in cores (getrusage). Interval
+// CPU in cores (getrusage), then the floor: a bare prepared SELECT 1 on as
+// many idle sessions at the same rate (see bareQueryCost). Interval
 // is long (1 min): the probes' connects are not what is measured. Goals: at
 // most 15 µs of server CPU per poll, at most 0.2 core for the checker.
 //
@@ -95,6 +100,88 @@ func BenchmarkRolePollCost(b *testing.B) {
 	b.ReportMetric(float64(polls)/wall.Seconds(), "polls/s")
 	fmt.Printf("role polls: %d targets over %d servers, %d sessions open at the start and %d at the end, role_interval %v, %v: %d polls (%.0f for every target), %.1f µs of server CPU per poll, checker %.3f cores\n",
 		targets, len(servers), n0, open.Load(), roleInterval, wall.Round(time.Millisecond), polls, want, float64(perPoll.Nanoseconds())/1e3, checker)
+
+	// The floor: what a bare SELECT 1, prepared, costs these servers on
+	// as many idle sessions at the same rate. A server process woken from
+	// idle costs what it costs on this machine whatever the query; the
+	// poll's own share is the difference.
+	cancel()
+	<-done
+	floor, n := bareQueryCost(b, servers, int(max(n0, 1)), roleInterval, duration/2)
+	b.ReportMetric(float64(floor.Nanoseconds())/1e3, "floor-server-µs/query")
+	fmt.Printf("role polls: the floor, SELECT 1 prepared on %d idle sessions every %v: %d queries, %.1f µs of server CPU per query\n",
+		max(n0, 1), roleInterval, n, float64(floor.Nanoseconds())/1e3)
+}
+
+// bareQueryCost opens sessions sessions over servers, each running a
+// prepared SELECT 1 every every, and returns the servers' CPU per query
+// over window (once every session is open), and the queries counted.
+func bareQueryCost(b *testing.B, servers []*pgtest.Postgres, sessions int, every, window time.Duration) (time.Duration, int64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	var queries, open atomic.Int64
+	for i := range sessions {
+		pg := servers[i%len(servers)]
+		wg.Go(func() {
+			conn, err := pgconn.Connect(ctx, fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres sslmode=disable", pg.Host, pg.Port))
+			if err != nil {
+				return
+			}
+			defer conn.Close(context.Background())
+			if _, err := conn.Prepare(ctx, "floor", "SELECT 1", nil); err != nil {
+				return
+			}
+			open.Add(1)
+			t := time.NewTicker(every)
+			defer t.Stop()
+			// Spread over the interval, as the checker's polls are.
+			if sleepCtx(ctx, time.Duration(rand.Int64N(int64(every)))) != nil {
+				return
+			}
+			for {
+				if _, err := conn.ExecPrepared(ctx, "floor", nil, nil, nil).Close(); err != nil {
+					return
+				}
+				queries.Add(1)
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		})
+	}
+	if err := pgtest.WaitFor(time.Minute, func() error {
+		if n := open.Load(); int(n) < sessions*95/100 {
+			return fmt.Errorf("%d sessions open, want at least 95%% of %d", n, sessions)
+		}
+		return nil
+	}); err != nil {
+		b.Fatalf("the floor's sessions: %v", err)
+	}
+	serverCPU := func() (d time.Duration) {
+		for _, pg := range servers {
+			d += treeCPU(b, pg)
+		}
+		return d
+	}
+	q0, s0 := queries.Load(), serverCPU()
+	time.Sleep(window) // the measurement window
+	q1, s1 := queries.Load(), serverCPU()
+	return time.Duration(int64(s1-s0) / max(q1-q0, 1)), q1 - q0
+}
+
+// sleepCtx sleeps d, or until ctx is done (its error then).
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // treeCPU is the CPU time of pg's postmaster and every process it started
