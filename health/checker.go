@@ -361,7 +361,18 @@ func (c *Checker) check(r *run, w *worker) {
 			changed, walMoved = w.tr.record(res, start)
 		}
 		c.recorded(r, w, changed, walMoved)
+		// A host that left a session poll unanswered is probed at once
+		// until it answers or is Down: the failures that take it out
+		// must not wait an Interval each (a success between the poll
+		// and these probes, or a poll's failure seen late, leaves more
+		// of them to make than the one owed).
+		owed = owed && res.cause != CauseOK && w.tr.v.State != Down
 		w.trMu.Unlock()
+		if owed {
+			w.mu.Lock()
+			w.owed, w.again = true, true
+			w.mu.Unlock()
+		}
 		// A server that refuses new sessions with 57P03 may be waiting
 		// for every session to end (a smart shutdown): ours must not
 		// hold it up.

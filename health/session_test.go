@@ -199,13 +199,23 @@ func TestSessionPollTimeoutCounts(t *testing.T) {
 // probe after the freeze stands for a starved process: it returns its
 // timeout a Timeout late, and so does the next: as many as the late rule
 // leaves unjudged in a row (Fall).
+//
+// With Fall 3 the probes judged after the late ones must be made at once
+// too, each of them owed until the host answers or is Down.
 func TestSessionPollTimeoutLateProbe(t *testing.T) {
+	for _, fall := range []int{2, 3} {
+		t.Run(fmt.Sprintf("fall %d", fall), func(t *testing.T) { sessionPollTimeoutLateProbe(t, fall) })
+	}
+}
+
+func sessionPollTimeoutLateProbe(t *testing.T, fall int) {
 	pg := pgtest.New(t)
 	fz := newFreezer(t, pgAddr(pg))
 	var open atomic.Int32
 	var late atomic.Int32 // probes still to be seen late
 	var lates atomic.Int32
 	cfg := sessionConfig(&open)
+	cfg.Fall = fall
 	cfg.Observe = func(_, cause string, _ time.Duration) {
 		if cause == CauseLate {
 			lates.Add(1)
