@@ -30,7 +30,8 @@ type Checker struct {
 	cfg   Config
 	probe probeFunc
 	// starved reports whether this process was starved of CPU since a
-	// probe's start (starve.Since), which makes its timeout seen late.
+	// probe's start, which makes its timeout seen late; nil:
+	// starve.Since (a test sets its own).
 	starved func(time.Time) bool
 
 	polls atomic.Int64 // role polls run on the sessions, for the benchmarks
@@ -325,7 +326,11 @@ func (c *Checker) check(r *run, w *worker) {
 	took := time.Since(start)
 	if w.ctx.Err() == nil { // else cut short by removal or shutdown: not a result
 		w.trMu.Lock()
-		late := res.cause == CauseTimeout && (took > LateAfter(c.cfg.Timeout) || starve.Since(start))
+		starved := starve.Since
+		if c.starved != nil {
+			starved = c.starved
+		}
+		late := res.cause == CauseTimeout && (took > LateAfter(c.cfg.Timeout) || starved(start))
 		if late && w.late < w.tr.fall && w.tr.v.State != Unknown {
 			// Seen late: the answer may have come in time to a
 			// process that did not run. The verdict stands, and is
