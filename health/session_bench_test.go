@@ -136,8 +136,10 @@ func bareQueryCost(b *testing.B, servers []*pgtest.Postgres, sessions int, every
 			t := time.NewTicker(every)
 			defer t.Stop()
 			// Spread over the interval, as the checker's polls are.
-			if sleepCtx(ctx, time.Duration(rand.Int64N(int64(every)))) != nil {
+			select {
+			case <-ctx.Done():
 				return
+			case <-time.After(time.Duration(rand.Int64N(int64(every)))):
 			}
 			for {
 				if _, err := conn.ExecPrepared(ctx, "floor", nil, nil, nil).Close(); err != nil {
@@ -170,18 +172,6 @@ func bareQueryCost(b *testing.B, servers []*pgtest.Postgres, sessions int, every
 	time.Sleep(window) // the measurement window
 	q1, s1 := queries.Load(), serverCPU()
 	return time.Duration(int64(s1-s0) / max(q1-q0, 1)), q1 - q0
-}
-
-// sleepCtx sleeps d, or until ctx is done (its error then).
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // treeCPU is the CPU time of pg's postmaster and every process it started
