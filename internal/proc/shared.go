@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Buffer is a bytes.Buffer safe for a process's output goroutine and its
@@ -42,26 +46,76 @@ func FreePortOn(host string) (int, error) { return free(HoldPort(host, false)) }
 
 // HoldPort listens on a free TCP port of host and, when udp is set, on UDP
 // at the same port, and returns the port and the listeners: while they are
-// open, no one else is given the port.
+// open, no one else is given the port. The port is also reserved for a few
+// minutes against every other process on the machine that asks here, as
+// test packages run at once: once the listeners are closed, a CoreDNS
+// binds the port with SO_REUSEPORT, and two of them given the same port
+// would share it without an error, one's metrics answering for the other.
 func HoldPort(host string, udp bool) (int, []io.Closer, error) {
 	var last error
-	for range 10 {
+	var passed []io.Closer // ports reserved by another process, held so bind does not give them again
+	defer func() {
+		for _, c := range passed {
+			c.Close()
+		}
+	}()
+	for range 20 {
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return 0, nil, fmt.Errorf("find a free port on %s: %w", host, err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
-		if !udp {
-			return port, []io.Closer{l}, nil
+		held := []io.Closer{l}
+		if udp {
+			u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
+			if err != nil {
+				l.Close()
+				last = err
+				continue
+			}
+			held = append(held, u)
 		}
-		u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err == nil {
-			return port, []io.Closer{l, u}, nil
+		if !reserve(port) {
+			passed = append(passed, held...)
+			last = fmt.Errorf("port %d reserved by another process", port)
+			continue
 		}
-		l.Close()
-		last = err
+		return port, held, nil
 	}
-	return 0, nil, errors.Join(fmt.Errorf("no port of %s free for both TCP and UDP", host), last)
+	return 0, nil, errors.Join(fmt.Errorf("no port of %s free (for UDP too: %v)", host, udp), last)
+}
+
+// reservations is where reserve keeps one file per port given out.
+var reservations = filepath.Join(os.TempDir(), "pgcluster-test-ports")
+
+// reserveFor is how long a port given out stays reserved: far longer than
+// any process takes to bind the port it was given.
+const reserveFor = 10 * time.Minute
+
+// reserve reports whether port is now reserved for this process: no other
+// process reserved it in the last reserveFor. A directory that cannot be
+// written reserves nothing and refuses nothing.
+func reserve(port int) bool {
+	if err := os.MkdirAll(reservations, 0o777|os.ModeSticky); err != nil {
+		return true
+	}
+	name := filepath.Join(reservations, strconv.Itoa(port))
+	for range 2 {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return true
+		}
+		st, err := os.Stat(name)
+		if err == nil && time.Since(st.ModTime()) < reserveFor {
+			return false
+		}
+		os.Remove(name) // an old reservation: taken over
+	}
+	return false
 }
 
 // free lets go of the listeners HoldPort returned with port.
