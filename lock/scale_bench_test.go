@@ -93,6 +93,8 @@ const (
 //	SCALE_CPUPROFILE  writes a CPU profile of the measurement window
 //	              (go tool pprof) to that file: an instance's steady
 //	              state, without the start-up
+//	SCALE_STARTPROFILE  writes the start, until the fleet settled,
+//	              to that file
 //	SCALE_FLIPPROFILE  writes one of the flips to that file
 //	              (and of both, the lock contention to that file.mutex)
 //	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
@@ -321,9 +323,12 @@ func (fl *scaleFleet) snap(b *testing.B) scaleSnap {
 func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, settleMax time.Duration) {
 	n, m := sz.instances, sz.backends
 	budget := envBudget(b, m)
+	stopStart := windowProfile(b, "SCALE_STARTPROFILE")
 	fl := startScaleFleet(b, n, m, scaleInterval, budget)
 	say := scaleSay(sz.String())
-	if took, why := fl.settle(settleMax); why == "" {
+	took, why := fl.settle(settleMax)
+	stopStart()
+	if why == "" {
 		say("%d instances x %d backends, interval %v, probe budget %s: settled %v after the targets came", n, m, scaleInterval, budgetString(budget), took.Round(100*time.Millisecond))
 	} else {
 		say("%d instances x %d backends, interval %v, probe budget %s: NOT SETTLED after %v (%s), measured all the same", n, m, scaleInterval, budgetString(budget), settleMax, why)

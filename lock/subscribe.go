@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"sync"
@@ -190,6 +191,18 @@ func (s *Subscriber) subscribeOnce(ctx context.Context, echo string, tick, check
 		redis.WithChannelHealthCheckInterval(time.Second),
 		redis.WithChannelPingTimeout(CallTimeout),
 		redis.WithChannelReconnectTimeout(CallTimeout),
+		// go-redis drops a message that waits longer than this for
+		// this loop (a minute by default) and delivers the next ones:
+		// a loss in the middle of a holder's publishes, which the
+		// highest number heard hides (see feed), and a status lost
+		// until its holder's next change. A loop that far behind (a
+		// fleet starting at once on a loaded machine) holds the
+		// delivery instead: Redis buffers what it publishes meanwhile,
+		// up to its client-output-buffer-limit for pubsub, then closes
+		// the subscription, which subscribes again and reads every
+		// status (see resyncAll): lost messages are found, never
+		// hidden.
+		redis.WithChannelSendTimeout(math.MaxInt64),
 	)
 	_, cluster := s.rdb.(*redis.ClusterClient)
 	// The marker is published by a goroutine of its own, one at a time:
