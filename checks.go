@@ -93,6 +93,7 @@ func newChecks(cfg *settings) (*checks, error) {
 	}
 	coord.SetProbeNow(c.ProbeNow)
 	coord.SetProbeAtPhase(c.ProbeAtPhase)
+	coord.SetRecheck(c.Recheck, c.RecheckAll)
 	ch.c = c
 	return ch, nil
 }

@@ -93,6 +93,9 @@ type worker struct {
 	again bool
 	// queued: the probe waits for the probe budget (budget.admit).
 	queued bool
+	// parked: its timer waits beyond the next Interval, for the time
+	// Shared said another checker's verdict covers it (see Parking).
+	parked bool
 
 	// Guarded by the Run's budget.mu: the place in its queue (-1: not in
 	// it), the key it is ordered by and when it came.
@@ -252,9 +255,9 @@ func (c *Checker) tick(r *run, w *worker) {
 		return
 	}
 	now := time.Now()
-	probe, continuing := c.claim(w)
+	probe, continuing, until := c.claim(w)
 	if !probe {
-		c.skip(r, w, now)
+		c.skip(r, w, now, until)
 		return
 	}
 	// When the budget is short, the probes due longest ago go first, and
@@ -301,7 +304,7 @@ func (c *Checker) granted(r *run, w *worker, waited time.Duration) bool {
 		r.wg.Done()
 		return false
 	}
-	if probe, _ := c.claim(w); !probe {
+	if probe, _, _ := c.claim(w); !probe {
 		c.next(r, w, time.Now(), false)
 		return false
 	}
@@ -421,6 +424,12 @@ func (c *Checker) next(r *run, w *worker, start time.Time, keep bool) {
 // w's next tick at at (at once after a ProbeNow that came meanwhile),
 // unless w stopped.
 func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
+	c.armParked(r, w, at, keep, false)
+}
+
+// armParked is arm, noting whether the tick at is one Shared put beyond
+// the next Interval (see Parking).
+func (c *Checker) armParked(r *run, w *worker, at time.Time, keep, parked bool) {
 	if keep {
 		c.openSession(r, w)
 	} else {
@@ -433,8 +442,9 @@ func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
 		return
 	}
 	next := time.Until(at)
+	w.parked = parked
 	if w.again {
-		next, w.again = 0, false
+		next, w.again, w.parked = 0, false, false
 	}
 	w.timer.Reset(next)
 }
@@ -446,8 +456,58 @@ func (c *Checker) arm(r *run, w *worker, at time.Time, keep bool) {
 // once an Interval and probes only its share; 1,000 targets at 2 s are 500
 // ticks a second, each waking the process on its own when their times are
 // spread; on the grid, those due together run in one wake (40 a second).
-func (c *Checker) skip(r *run, w *worker, now time.Time) {
-	c.arm(r, w, NextIdle(w.phase(), now.Add(c.cfg.Interval), c.cfg.Interval), false)
+//
+// When Shared said until when another checker covers w (see Parking), the
+// tick is the last point of w's phase before then, if that is later: w
+// is parked, and Recheck brings its tick back within an Interval.
+func (c *Checker) skip(r *run, w *worker, now, until time.Time) {
+	at := NextIdle(w.phase(), now.Add(c.cfg.Interval), c.cfg.Interval)
+	if last := until.Add(-offPhase(w.phase(), until, c.cfg.Interval)); last.After(at) {
+		c.armParked(r, w, last, false, true)
+		return
+	}
+	c.arm(r, w, at, false)
+}
+
+// Recheck brings the tick of the target key, parked until a time Shared
+// gave (see Parking), back to the next point of its phase: Shared may
+// give it to this checker before that time after all. A target not
+// parked is left as it is.
+func (c *Checker) Recheck(key string) {
+	if _, w := c.worker(key); w != nil {
+		c.recheck(w)
+	}
+}
+
+// RecheckAll is Recheck of every target: something every parked target's
+// cover turns on changed (the members, the mode).
+func (c *Checker) RecheckAll() {
+	c.mu.Lock()
+	var ws []*worker
+	if c.run != nil {
+		ws = make([]*worker, 0, len(c.run.workers))
+		for _, w := range c.run.workers {
+			ws = append(ws, w)
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range ws {
+		c.recheck(w)
+	}
+}
+
+func (c *Checker) recheck(w *worker) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.parked || w.stopped {
+		return
+	}
+	w.parked = false
+	// A timer that already fired runs its tick, which asks Shared.
+	if w.timer.Stop() {
+		now := time.Now()
+		w.timer.Reset(NextIdle(w.phase(), now.Add(c.cfg.Interval/2), c.cfg.Interval).Sub(now))
+	}
 }
 
 // Phases returns where in every interval the ticks of each of keys fall,
@@ -550,24 +610,31 @@ func (w *worker) takeUrgent() (urgent, owed bool) {
 // claim reports whether this tick probes w: always without Shared; with it,
 // when Shared says so, continuing from its seed when w was not probing.
 // continuing: w's last tick probed it too.
-func (c *Checker) claim(w *worker) (probe, continuing bool) {
+// until: when probe is false, until when Shared gives w to another
+// checker for sure (see Parking); zero when it does not say.
+func (c *Checker) claim(w *worker) (probe, continuing bool, until time.Time) {
 	w.trMu.Lock()
 	defer w.trMu.Unlock()
 	continuing = w.probing
 	if c.cfg.Shared == nil {
 		w.probing = true
-		return true, continuing
+		return true, continuing, until
 	}
-	probe, seed := c.cfg.Shared.Claim(w.t)
+	var seed Progress
+	if p, ok := c.cfg.Shared.(Parking); ok {
+		probe, seed, until = p.ClaimParked(w.t)
+	} else {
+		probe, seed = c.cfg.Shared.Claim(w.t)
+	}
 	if !probe {
 		w.probing = false
-		return false, continuing
+		return false, continuing, until
 	}
 	if !w.probing && !seed.isZero() {
 		w.tr.load(seed)
 	}
 	w.probing = true
-	return true, continuing
+	return true, continuing, time.Time{}
 }
 
 // worker returns the running Run and its worker of the target key, nil
@@ -597,6 +664,7 @@ func (c *Checker) ProbeNow(key string) {
 	switch {
 	case w.stopped, w.queued:
 	case w.timer.Stop():
+		w.parked = false
 		w.timer.Reset(0)
 	default: // a tick runs or is about to: the next one follows it at once
 		w.again = true

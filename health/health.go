@@ -205,6 +205,18 @@ type Shared interface {
 	Record(t Target, p Progress)
 }
 
+// Parking, when a Config.Shared implements it, lets a checker leave a target that Shared
+// gives to another checker unasked until Shared says it may no longer be, rather than asking
+// Claim again every Interval: a fleet instance is given about one target in members, and at
+// 10,000 targets its Claims of the others were most of its steady work.
+type Parking interface {
+	// ClaimParked is Claim, and, when it says not to probe t, until when it will say so for
+	// sure (zero: ask at the next tick as always), unless Shared calls the checker's Recheck
+	// for t (or RecheckAll) before: then the checker asks again within an Interval, at t's
+	// phase.
+	ClaimParked(t Target) (probe bool, seed Progress, until time.Time)
+}
+
 // Sessions, when a Config.Shared implements it, says whether this checker may keep a session
 // open to t (see Config.RoleInterval): a fleet keeps one per node, held by the instance that
 // probes it for the fleet, and none while an instance checks everything itself. A Shared that

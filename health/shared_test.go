@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -195,5 +196,94 @@ func TestSkippedTicksShareWakes(t *testing.T) {
 	t.Logf("%d asks of %d targets in two intervals of %v, at %d moments (grid %v: %d)", len(all), n, interval, moments, idleGrid(interval), int(2*interval/idleGrid(interval)))
 	if limit := 3 * int(interval/idleGrid(interval)); moments > limit {
 		t.Errorf("asks at %d moments in two intervals, over %d: each target's tick wakes the process on its own", moments, limit)
+	}
+}
+
+// parkLog is an askLog that parks every target it is asked about until
+// the time in until (see Parking).
+type parkLog struct {
+	askLog
+	until atomic.Int64 // Unix ns
+}
+
+func (p *parkLog) ClaimParked(t Target) (bool, Progress, time.Time) {
+	p.Claim(t)
+	return false, Progress{}, time.Unix(0, p.until.Load())
+}
+
+func (p *parkLog) asked(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.asks[key])
+}
+
+// A target Shared parks (another checker covers it until a time) is not
+// asked about again every Interval, but at the last point of its phase
+// before that time; Recheck brings the next ask back within an Interval,
+// and a target not parked ignores it.
+func TestParkedTargetAskedWhenItMayChange(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	p := &parkLog{askLog: askLog{asks: map[string][]time.Time{}}}
+	p.until.Store(time.Now().Add(time.Hour).UnixNano())
+	c := mustNew(t, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1, Shared: p})
+	c.SetTargets([]Target{{Key: "c/a", Addr: netip.MustParseAddrPort("127.0.0.1:1")}})
+	start(t, c, 0)
+	if err := pgtest.WaitFor(3*time.Second, func() error {
+		if n := p.asked("c/a"); n != 1 {
+			return fmt.Errorf("asked %d times, want 1", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Parked for an hour: ten intervals pass without an ask. (A wait for
+	// nothing to happen has no condition to wait for; the bound is
+	// generous: ten ticks would have come by now.)
+	time.Sleep(10 * interval)
+	if n := p.asked("c/a"); n != 1 {
+		t.Fatalf("asked %d times over ten intervals while parked for an hour, want 1", n)
+	}
+	// Recheck: asked again within an interval; parked again after.
+	p.until.Store(time.Now().Add(3 * interval).UnixNano())
+	asked := time.Now()
+	c.Recheck("c/a")
+	if err := pgtest.WaitFor(3*time.Second, func() error {
+		if n := p.asked("c/a"); n != 2 {
+			return fmt.Errorf("asked %d times since Recheck, want 2", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(asked); took > 2*interval {
+		t.Errorf("asked again %v after Recheck, want within an interval (%v)", took, interval)
+	}
+	// Parked until 3 intervals on: asked again by then, not before the
+	// next interval's ask would have come.
+	if err := pgtest.WaitFor(3*time.Second, func() error {
+		if n := p.asked("c/a"); n != 3 {
+			return fmt.Errorf("asked %d times, want 3", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	second, third := p.asks["c/a"][1], p.asks["c/a"][2]
+	p.mu.Unlock()
+	if gap := third.Sub(second); gap < interval+interval/2 || gap > 4*interval {
+		t.Errorf("asked %v after the ask that parked it for 3 intervals, want about 2 to 3 intervals", gap)
+	}
+	// Not parked (until already past): asked every interval, and
+	// Recheck changes nothing.
+	p.until.Store(0)
+	c.RecheckAll()
+	if err := pgtest.WaitFor(3*time.Second, func() error {
+		if n := p.asked("c/a"); n < 6 {
+			return fmt.Errorf("asked %d times, want 6", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -231,6 +231,17 @@ type Coordinator struct {
 	writes       sync.WaitGroup       // the writes in flight
 	writeCtx     context.Context      // the writes' context, cancelled as Run ends
 	stopWrites   context.CancelFunc
+
+	// The keys whose ticks the checker put off until their coverMemo
+	// lapses (see ClaimParked); the parked keys whose memo was dropped
+	// since, or that every one was, for the loop that tells the checker
+	// (see rechecksLoop), and what tells it.
+	parked      map[string]struct{}
+	rechecks    []string
+	recheckAll  bool
+	recheckWake chan struct{}
+	recheck     func(key string)
+	recheckAllF func()
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -265,6 +276,8 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		held:         map[string]bool{},
 		remote:       map[string]*remoteStatus{},
 		covers:       map[string]coverMemo{},
+		parked:       map[string]struct{}{},
+		recheckWake:  make(chan struct{}, 1),
 		coverGen:     1,
 		own:          map[string]health.Progress{},
 		published:    map[string]health.Progress{},
@@ -405,6 +418,15 @@ func (c *Coordinator) SetProbeAtPhase(f func(key string)) {
 	c.probeAtPhase = f
 }
 
+// SetRecheck gives the functions that bring the parked ticks of a target
+// (one) and of every target (all) back within an interval (the checker's
+// Recheck and RecheckAll, see health.Parking).
+func (c *Coordinator) SetRecheck(one func(key string), all func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recheck, c.recheckAllF = one, all
+}
+
 // SetTargets replaces the set of targets, as the checker's SetTargets.
 func (c *Coordinator) SetTargets(ts []health.Target) {
 	c.mu.Lock()
@@ -477,6 +499,50 @@ func (c *Coordinator) Held() []string {
 // Claim implements health.Shared: this instance probes t in local mode,
 // while it holds t's lease, and while no live holder's status covers t.
 func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
+	probe, seed, _ := c.ClaimParked(t)
+	return probe, seed
+}
+
+// ClaimParked implements health.Parking: Claim, and when another holder's
+// status covers t, until when its coverMemo holds (see covered). The key
+// is parked meanwhile: whatever drops its memo first (forgetCover,
+// forgetCovers) has the checker ask again within an interval, as it
+// asked every interval before, so that a target left to another is asked
+// about only when the answer may change. (Every instance of a fleet is
+// given about one target in members; the others' Claims were most of its
+// steady work.)
+func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.Time) {
+	probe, seed := c.claim(t)
+	if probe {
+		return probe, seed, time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Parked only where something brings the tick back (SetRecheck):
+	// a checker nobody tells would leave the target unasked until the
+	// memo lapses, whatever changed meanwhile.
+	m, ok := c.covers[t.Key]
+	if !ok || m.gen != c.coverGen || m.addr != t.Addr || c.mode == ModeLocal || c.recheck == nil || c.recheckAllF == nil {
+		return false, seed, time.Time{}
+	}
+	if time.Duration(m.until-c.now())*time.Microsecond < 2*c.b.interval {
+		// About to lapse: the holder's feed has been confirmed since
+		// it was made, most likely, and a memo made now holds longer;
+		// parked by the old one, the target would be asked again an
+		// interval or two on, and again after that.
+		delete(c.covers, t.Key)
+		if !c.covered(t.Key, t.Addr) {
+			return false, seed, time.Time{}
+		}
+		if m, ok = c.covers[t.Key]; !ok {
+			return false, seed, time.Time{}
+		}
+	}
+	c.parked[t.Key] = struct{}{}
+	return false, seed, time.UnixMicro(m.until).Add(-c.offset)
+}
+
+func (c *Coordinator) claim(t health.Target) (bool, health.Progress) {
 	if c.cfg.Passive {
 		return false, health.Progress{}
 	}
@@ -620,11 +686,59 @@ type coverMemo struct {
 }
 
 // forgetCover drops key's coverMemo: its status changed. c.mu is held.
-func (c *Coordinator) forgetCover(key string) { delete(c.covers, key) }
+func (c *Coordinator) forgetCover(key string) {
+	delete(c.covers, key)
+	if _, ok := c.parked[key]; ok {
+		delete(c.parked, key)
+		c.rechecks = append(c.rechecks, key)
+		c.wakeRechecks()
+	}
+}
 
 // forgetCovers drops every coverMemo: something every key's coverage
 // turns on changed. c.mu is held.
-func (c *Coordinator) forgetCovers() { c.coverGen++ }
+func (c *Coordinator) forgetCovers() {
+	c.coverGen++
+	if len(c.parked) > 0 {
+		clear(c.parked)
+		c.rechecks, c.recheckAll = c.rechecks[:0], true
+		c.wakeRechecks()
+	}
+}
+
+// wakeRechecks tells the rechecks loop that keys were unparked. c.mu is
+// held.
+func (c *Coordinator) wakeRechecks() {
+	select {
+	case c.recheckWake <- struct{}{}:
+	default:
+	}
+}
+
+// rechecksLoop tells the checker, outside c.mu, of the keys whose memo
+// was dropped while their ticks were parked, until ctx is done.
+func (c *Coordinator) rechecksLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.recheckWake:
+		}
+		c.mu.Lock()
+		keys, all := c.rechecks, c.recheckAll
+		c.rechecks, c.recheckAll = nil, false
+		one, every := c.recheck, c.recheckAllF
+		c.mu.Unlock()
+		switch {
+		case all && every != nil:
+			every()
+		case one != nil:
+			for _, k := range keys {
+				one(k)
+			}
+		}
+	}
+}
 
 // vouched reports whether the fleet stands by r, the status applied for
 // key, by its bounds (bounds.stale): written by the live member the fleet

@@ -113,6 +113,7 @@ func startCheckedWith(t *testing.T, rdb redis.UniversalClient, targets []health.
 	}
 	coord.SetProbeNow(check.ProbeNow)
 	coord.SetProbeAtPhase(check.ProbeAtPhase)
+	coord.SetRecheck(check.Recheck, check.RecheckAll)
 	coord.SetTargets(targets)
 	check.SetTargets(targets)
 	return runInstance(t, coord, check)

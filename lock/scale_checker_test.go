@@ -68,6 +68,7 @@ type simTarget struct {
 	busy    bool // off the wheel: its tick runs
 	again   bool // ProbeNow came while busy: tick again at once
 	probing bool // the last tick probed
+	parked  bool // due beyond the next interval, by ClaimParked (see health.Parking)
 	state   health.State
 	ok      uint8 // consecutive successes, at most rise
 	fail    uint8 // consecutive failures, at most fall
@@ -134,6 +135,7 @@ func (c *simChecker) ProbeNow(key string) {
 		return
 	}
 	t.due = time.Now().UnixNano()
+	t.parked = false
 	t.seq++
 	c.now = append(c.now, simEntry{idx: i, seq: t.seq})
 	c.signal()
@@ -240,12 +242,20 @@ func (c *simChecker) tick(i int32, now int64) {
 		start = now
 	}
 	tg := c.fl.targets[i]
-	probe, seed := c.shared.Claim(tg)
+	var probe bool
+	var seed health.Progress
+	var until time.Time
+	if p, ok := c.shared.(health.Parking); ok {
+		probe, seed, until = p.ClaimParked(tg)
+	} else {
+		probe, seed = c.shared.Claim(tg)
+	}
 	if !probe {
 		t.probing = false
-		c.idle(i, start)
+		c.idle(i, start, until)
 		return
 	}
+
 	continuing := t.probing
 	if !continuing && (seed.Verdict.State != health.Unknown || seed.OK != 0 || seed.Fail != 0) {
 		t.state = seed.Verdict.State
@@ -342,7 +352,7 @@ func (c *simChecker) dispatch(ctx context.Context) {
 		c.fl.waited(time.Duration(now - w.queuedAt))
 		if probe, _ := c.shared.Claim(c.fl.targets[w.idx]); !probe {
 			c.ts[w.idx].probing = false
-			c.idle(w.idx, now)
+			c.idle(w.idx, now, time.Time{})
 			if spent {
 				c.mu.Lock()
 				c.tokens = min(c.most(), c.tokens+1)
@@ -389,24 +399,78 @@ func (c *simChecker) next(i int32, start int64) {
 }
 
 // idle puts target i back on the wheel after a tick at at that did not
-// probe it, when the checker's next tick would be (health.NextIdle), or at
-// once when ProbeNow came meanwhile.
-func (c *simChecker) idle(i int32, at int64) {
-	c.reschedule(i, health.NextIdle(c.fl.phases[i], time.Unix(0, at+int64(c.interval)), c.interval).UnixNano())
+// probe it, when the checker's next tick would be (health.NextIdle; or,
+// parked, the last point of its phase before until, as the checker's
+// skip), or at once when ProbeNow came meanwhile.
+func (c *simChecker) idle(i int32, at int64, until time.Time) {
+	phase := c.fl.phases[i]
+	next := health.NextIdle(phase, time.Unix(0, at+int64(c.interval)), c.interval)
+	if !until.IsZero() {
+		// The last point of the phase before until: the nearest one
+		// to until, an interval earlier when that is after it.
+		last := health.NextIdle(phase, until, c.interval)
+		if last.After(until) {
+			last = last.Add(-c.interval)
+		}
+		if last.After(next) {
+			c.rescheduleParked(i, last.UnixNano(), true)
+			return
+		}
+	}
+	c.reschedule(i, next.UnixNano())
 }
 
 // reschedule puts target i back on the wheel at due, or at once when
 // ProbeNow came meanwhile.
-func (c *simChecker) reschedule(i int32, due int64) {
+func (c *simChecker) reschedule(i int32, due int64) { c.rescheduleParked(i, due, false) }
+
+func (c *simChecker) rescheduleParked(i int32, due int64, parked bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &c.ts[i]
 	t.busy = false
 	t.due = due
+	t.parked = parked
 	if t.again {
-		t.again = false
+		t.again, t.parked = false, false
 		t.due = time.Now().UnixNano()
 	}
+	c.schedule(i)
+}
+
+// Recheck is the checker's Recheck.
+func (c *simChecker) Recheck(key string) {
+	i, ok := c.fl.index[key]
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recheck(i, time.Now())
+}
+
+// RecheckAll is the checker's RecheckAll.
+func (c *simChecker) RecheckAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for i := range c.ts {
+		c.recheck(int32(i), now)
+	}
+}
+
+// recheck brings target i, if parked, back to the next point of its
+// phase. c.mu is held.
+func (c *simChecker) recheck(i int32, now time.Time) {
+	if c.ts == nil {
+		return
+	}
+	t := &c.ts[i]
+	if !t.parked || t.busy {
+		return
+	}
+	t.parked = false
+	t.due = health.NextIdle(c.fl.phases[i], now.Add(c.interval/2), c.interval).UnixNano()
 	c.schedule(i)
 }
 

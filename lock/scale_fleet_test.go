@@ -290,6 +290,7 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 		in.check = newSimChecker(fl, coord)
 		coord.SetProbeNow(in.check.ProbeNow)
 		coord.SetProbeAtPhase(in.check.ProbeAtPhase)
+		coord.SetRecheck(in.check.Recheck, in.check.RecheckAll)
 		fl.ins = append(fl.ins, in)
 		fl.wg.Go(func() { in.check.run(ctx) })
 		// Instances started at once would look after their leases in
@@ -773,8 +774,16 @@ func (c *Coordinator) explain(t health.Target) string {
 		parts = append(parts, fmt.Sprintf("status of %.8s at %v, %s, %v old, as of %v ago, lapsed %v, stale %q",
 			r.Holder, r.Addr, r.State, time.Duration(c.now()-r.version)*time.Microsecond, time.Duration(c.now()-asOf)*time.Microsecond,
 			lapsed, c.b.stale(r.Holder, c.ownerOf(t.Key), r.version, asOf, c.members, c.now(), c.b.cover())))
+		parts = append(parts, fmt.Sprintf("its version %d, publish number %d", r.version, r.Seq))
+		if f := c.feeds[r.Holder]; f != nil {
+			parts = append(parts, fmt.Sprintf("its holder's feed: heard %d (raised by a message %v ago), pending %d, due %v, numbers %v, confirmed %v ago, seen %v ago, read again %v ago",
+				f.got, time.Since(f.gotAt).Round(time.Millisecond), f.pending, f.due, f.numbers, time.Duration(c.now()-f.confirmed)*time.Microsecond, time.Since(f.seen).Round(time.Millisecond), time.Since(f.readAt).Round(time.Millisecond)))
+		}
 	} else {
 		parts = append(parts, "no status")
+	}
+	if r, ok := c.remote[t.Key]; ok && r.Holder == c.Token() {
+		parts = append(parts, fmt.Sprintf("this instance's last publish number %d, confirmed %d", c.leases.seq.Load(), c.leases.sent.Load()))
 	}
 	parts = append(parts, fmt.Sprintf("owner %.8s (me %v, live %v), held %v, mode %q, took first %v", c.ownerOf(t.Key), c.ownerOf(t.Key) == c.Token(), c.members[c.ownerOf(t.Key)], c.held[t.Key], c.mode, c.tookFirst))
 	if until, ok := c.handoffs[t.Key]; ok {

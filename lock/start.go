@@ -52,6 +52,7 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		}
 	})
 	wg.Go(func() { c.reads(ctx) })
+	wg.Go(func() { c.rechecksLoop(ctx) })
 	wg.Go(func() {
 		if sleep(ctx, time.Until(takeFrom)) != nil {
 			return
