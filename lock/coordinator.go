@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -219,6 +220,7 @@ type Coordinator struct {
 	dirty        map[string]struct{} // keys whose View entry may have changed since the last View (see view)
 	dirtyAll     bool                // any entry may have: the next View is made whole
 	ownAll       bool                // the entry of any key in own may have (see signal)
+	ownDue       int64               // Redis µs: the entries of keys in own not held may change by time alone from then (see view)
 	lastView     health.View         // the last View made (when lastMade), shared with Run's apply
 	lastMade     bool
 	readWake     chan struct{}        // tells reads there may be something to read
@@ -699,6 +701,7 @@ func (c *Coordinator) forgetCover(key string) {
 // turns on changed. c.mu is held.
 func (c *Coordinator) forgetCovers() {
 	c.coverGen++
+	c.ownAll = true // see view
 	if len(c.parked) > 0 {
 		clear(c.parked)
 		c.rechecks, c.recheckAll = c.rechecks[:0], true
@@ -1112,10 +1115,21 @@ func (c *Coordinator) view() health.View {
 		return health.ViewOf(v)
 	}
 	if !c.dirtyAll && c.lastMade {
+		// The entries of keys in own that this instance does not hold
+		// turn on whether a holder's status covers them, which changes
+		// by time alone (a cover lapses): they are made again when
+		// that may have happened (ownDue), and whenever anything else
+		// that covered turns on changed (ownAll: see forgetCovers).
+		// Otherwise only the keys touched since: at a fleet's start,
+		// an instance's own holds thousands of keys it probed before
+		// their holders' statuses came, and making them all again at
+		// every View was most of its start.
+		now := c.now()
+		scanOwn := c.ownAll || c.mode == ModeLocal || now >= c.ownDue
 		again := len(c.dirty)
 		if c.ownAll {
 			again += len(c.own)
-		} else {
+		} else if scanOwn {
 			for k := range c.own {
 				if !c.held[k] {
 					again++
@@ -1134,10 +1148,17 @@ func (c *Coordinator) view() health.View {
 			for k := range c.dirty {
 				set(k)
 			}
-			for k := range c.own {
-				if c.ownAll || !c.held[k] {
-					set(k)
+			if scanOwn {
+				due := int64(math.MaxInt64)
+				for k := range c.own {
+					if c.ownAll || !c.held[k] {
+						set(k)
+					}
+					if !c.held[k] {
+						due = min(due, c.ownLapse(k, now))
+					}
 				}
+				c.ownDue = due
 			}
 			c.lastView = e.View()
 			return c.lastView
@@ -1151,8 +1172,35 @@ func (c *Coordinator) view() health.View {
 			v[k] = x
 		}
 	}
+	now, due := c.now(), int64(math.MaxInt64)
+	for k := range c.own {
+		if !c.held[k] {
+			due = min(due, c.ownLapse(k, now))
+		}
+	}
+	c.ownDue = due
 	c.lastView, c.lastMade = health.ViewOf(v), true
 	return c.lastView
+}
+
+// ownLapse is when the entry of key, in own and not held, may next change
+// by time alone (Redis µs), its entry just made at now: when the
+// coverMemo that covers it lapses; at once when it is covered without
+// one (its holder is this instance, or has a gap pending, which lapse
+// with time); an interval on when nothing covers it (a status confirmed
+// again by its holder's heartbeat may cover it: the feeds are not
+// watched key by key). c.mu is held.
+func (c *Coordinator) ownLapse(key string, now int64) int64 {
+	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == c.targets[key] && now <= m.until {
+		return m.until
+	}
+	if c.covered(key, c.targets[key]) {
+		if m, ok := c.covers[key]; ok && m.gen == c.coverGen {
+			return m.until
+		}
+		return now
+	}
+	return now + c.b.interval.Microseconds()
 }
 
 // viewEntry returns key's entry of the View, and whether it has one (see
@@ -1273,7 +1321,15 @@ func (c *Coordinator) tend(ctx context.Context) {
 	}
 	if len(p.release) > 0 || len(taken) > 0 {
 		c.observeLeases()
-		c.signal()
+		// Of the entries, only those of the keys whose leases moved
+		// turn on it (see entry).
+		for _, k := range p.release {
+			c.touch(k)
+		}
+		for _, k := range taken {
+			c.touch(k)
+		}
+		c.wakeView()
 	}
 	c.mu.Unlock()
 	for _, r := range rewrite {

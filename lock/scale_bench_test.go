@@ -281,7 +281,7 @@ func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
 	return d
 }
 
-func envInt(b *testing.B, name string, def int) int {
+func envInt(b testing.TB, name string, def int) int {
 	v := os.Getenv(name)
 	if v == "" {
 		return def
