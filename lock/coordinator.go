@@ -244,6 +244,11 @@ type Coordinator struct {
 	recheckWake chan struct{}
 	recheck     func(key string)
 	recheckAllF func()
+
+	// rereads: keys whose stored status a read found too old to count
+	// but newer than the one applied here, to read again then (see
+	// applyRemote).
+	rereads map[string]time.Time
 }
 
 // remoteStatus is the latest status applied for a key.
@@ -279,6 +284,7 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 		remote:       map[string]*remoteStatus{},
 		covers:       map[string]coverMemo{},
 		parked:       map[string]struct{}{},
+		rereads:      map[string]time.Time{},
 		recheckWake:  make(chan struct{}, 1),
 		coverGen:     1,
 		own:          map[string]health.Progress{},
@@ -983,7 +989,21 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		// holder's any more: an old one stored again, perhaps, which an
 		// instance that knows nothing newer (a new one) would otherwise
 		// take. It checks the node itself instead.
-		return
+		r, had := c.known(key)
+		if !had || v <= r.version {
+			return
+		}
+		// Newer than the status applied here, all the same, which is
+		// then no holder's current one either: a message of the newer
+		// one never came (a subscription that lost what was published
+		// while it was made again, on a loaded machine whose holder's
+		// rewrite came late). It replaces the older one, which the
+		// holder's heartbeats would go on vouching for as long as its
+		// verdict does not change, and the key is read again once its
+		// holder has rewritten it. (Left without a status instead, the
+		// key would be probed here: on a loaded fleet, many keys at
+		// every instance.)
+		c.rereads[key] = time.Now().Add(c.b.rewrite() + c.b.interval)
 	}
 	r, had := c.known(key)
 	if had && v == r.version && st.Holder == r.Holder {

@@ -21,6 +21,9 @@ type readJob struct {
 //     the fleet gives it among the targets, a round trip per 256;
 //   - those of a holder that numbers nothing, every legacyResync, as
 //     every instance once read every status;
+//   - a key whose stored status a read found too old to count but newer
+//     than the one applied here, once its holder has rewritten it (see
+//     applyRemote);
 //   - every stored status once the holders have rewritten theirs after a
 //     return (see plan): those that went local too at once, those that
 //     did not once their quiet statuses were rewritten (see
@@ -86,6 +89,17 @@ func (c *Coordinator) nextRead() (readJob, bool) {
 		for _, f := range c.feeds {
 			f.readAt = now
 		}
+		return j, true
+	}
+	for k, at := range c.rereads {
+		if _, ok := c.targets[k]; !ok {
+			delete(c.rereads, k)
+		} else if !now.Before(at) {
+			delete(c.rereads, k)
+			j.keys = append(j.keys, k)
+		}
+	}
+	if len(j.keys) > 0 {
 		return j, true
 	}
 	holders := map[string]bool{}
@@ -160,6 +174,10 @@ func (c *Coordinator) retry(j readJob) {
 	defer c.mu.Unlock()
 	again := time.Now().Add(c.b.interval)
 	switch {
+	case !j.all && len(j.marks) == 0:
+		for _, k := range j.keys {
+			c.rereads[k] = again
+		}
 	case j.after:
 		c.resyncAt = again
 	case j.all:

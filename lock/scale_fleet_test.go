@@ -102,6 +102,50 @@ type scaleInstance struct {
 
 	mu    sync.Mutex
 	modes []modeChange
+	// What its subscription did with each key's messages it did not
+	// apply, and its resyncs (see traceSubscription).
+	dropped    map[string]string
+	resyncs    int
+	resyncsRun int
+	resyncAt   []time.Time
+}
+
+// traceSubscription notes, for explain, the messages in's subscription
+// heard but dropped (not newer than the key's last version) or did not
+// accept, and its resyncs asked and run.
+func (in *scaleInstance) traceSubscription() {
+	sub := in.coord.sub
+	heard, accept, before := sub.Heard, sub.Accept, sub.BeforeResync
+	note := func(key, what string) {
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.dropped == nil {
+			in.dropped = map[string]string{}
+		}
+		in.dropped[key] += what + " "
+	}
+	sub.Heard = func(key string, v int64, b []byte) {
+		note(key, fmt.Sprintf("heard-not-newer(v %d, last %d)", v, sub.last[key]))
+		heard(key, v, b)
+	}
+	sub.Accept = func(key string, v int64, b []byte) bool {
+		ok := accept(key, v, b)
+		if !ok {
+			note(key, fmt.Sprintf("not-accepted(v %d)", v))
+		}
+		return ok
+	}
+	sub.BeforeResync = func() bool {
+		ok := before()
+		in.mu.Lock()
+		in.resyncs++
+		in.resyncAt = append(in.resyncAt, time.Now())
+		if ok {
+			in.resyncsRun++
+		}
+		in.mu.Unlock()
+		return ok
+	}
 }
 
 // modeChange is a coordinator's Mode, and when it said so.
@@ -287,6 +331,7 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 			tb.Fatal(err)
 		}
 		in.coord = coord
+		in.traceSubscription()
 		in.check = newSimChecker(fl, coord)
 		coord.SetProbeNow(in.check.ProbeNow)
 		coord.SetProbeAtPhase(in.check.ProbeAtPhase)
@@ -529,7 +574,14 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 				holder = fmt.Sprintf("its holder %.8s: %s; its checker: %s", h.coord.Token(), h.coord.explain(t), h.check.explain(fl.index[t.Key]))
 			}
 		}
-		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s)", t.Key, (*v).At(t.Key).State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), holder))
+		in.mu.Lock()
+		var ago []string
+		for _, at := range in.resyncAt {
+			ago = append(ago, time.Since(at).Round(time.Millisecond).String())
+		}
+		sub := fmt.Sprintf("its subscription: resyncs asked %d (%s ago), run %d; dropped %q", in.resyncs, strings.Join(ago, ", "), in.resyncsRun, in.dropped[t.Key])
+		in.mu.Unlock()
+		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s; %s)", t.Key, (*v).At(t.Key).State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), sub, holder))
 		if len(out) == 3 {
 			break
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -352,4 +353,74 @@ func downRising(ok int) health.Progress {
 	p := down(0)
 	p.OK = ok
 	return p
+}
+
+// A read that finds a key's stored status too old to count (a holder's
+// rewrite came late) but newer than the status applied here (whose newer
+// message never came: a subscription made again on a loaded machine)
+// replaces the older one, which its holder's heartbeats would go on
+// vouching for, and the key is read again once its holder has rewritten
+// it.
+func TestReadOlderThanTrustedButNewerReplaces(t *testing.T) {
+	c, other, tg, _ := pairedCoordinator(t)
+	c.mu.Lock()
+	now := c.now()
+	c.mu.Unlock()
+	old := c.b.storedAge().Microseconds()
+	unknown := newStatus(tg.Addr, other, time.Now(), health.Progress{})
+	unknown.V = now - old - 2_000_000
+	c.applyRemote(tg.Key, unknown.V, encode(c.cfg.macKey(tg.Key), unknown, c.cfg.Secret), true)
+	c.mu.Lock()
+	_, had := c.remote[tg.Key]
+	c.mu.Unlock()
+	if !had {
+		t.Fatal("the live status was not applied")
+	}
+
+	// Older than trusted, and older than what is applied: dropped, the
+	// applied one kept.
+	older := newStatus(tg.Addr, other, time.Now(), up(2))
+	older.V = unknown.V - 1
+	c.applyRemote(tg.Key, older.V, encode(c.cfg.macKey(tg.Key), older, c.cfg.Secret), false)
+	c.mu.Lock()
+	r, had := c.remote[tg.Key]
+	_, reread := c.rereads[tg.Key]
+	c.mu.Unlock()
+	if !had || r.version != unknown.V || reread {
+		t.Fatalf("an older read status changed what is applied (had %v, reread %v)", had, reread)
+	}
+
+	newer := newStatus(tg.Addr, other, time.Now(), up(2))
+	newer.V = unknown.V + 1_000_000 // still older than storedAge
+	c.applyRemote(tg.Key, newer.V, encode(c.cfg.macKey(tg.Key), newer, c.cfg.Secret), false)
+	c.mu.Lock()
+	r, had = c.remote[tg.Key]
+	at, reread := c.rereads[tg.Key]
+	c.mu.Unlock()
+	if !had || r.version != newer.V {
+		t.Error("a read status newer than the applied one, too old to trust alone, left the older one applied")
+	}
+	if !reread || time.Until(at) < c.b.rewrite() {
+		t.Errorf("the key is not read again after its holder's rewrite (reread %v, in %v)", reread, time.Until(at))
+	}
+	c.mu.Lock()
+	c.mode = ModeCoordinated
+	c.mu.Unlock()
+
+	// Due: the next read is of that key.
+	c.mu.Lock()
+	c.rereads[tg.Key] = time.Now().Add(-time.Millisecond)
+	c.mu.Unlock()
+	j, ok := c.nextRead()
+	if !ok || j.all || !slices.Equal(j.keys, []string{tg.Key}) {
+		t.Errorf("the read due is %+v (%v), want the key alone", j, ok)
+	}
+	// A read of it that fails is tried again.
+	c.retry(j)
+	c.mu.Lock()
+	_, reread = c.rereads[tg.Key]
+	c.mu.Unlock()
+	if !reread {
+		t.Error("a failed read of the key is not tried again")
+	}
 }
