@@ -108,6 +108,8 @@ type scaleInstance struct {
 	resyncs    int
 	resyncsRun int
 	resyncAt   []time.Time
+	inResync   bool
+	accepted   map[string]string // each key's last status offered and accepted: version, how, when
 }
 
 // traceSubscription notes, for explain, the messages in's subscription
@@ -132,8 +134,26 @@ func (in *scaleInstance) traceSubscription() {
 		ok := accept(key, v, b)
 		if !ok {
 			note(key, fmt.Sprintf("not-accepted(v %d)", v))
+			return ok
 		}
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if in.accepted == nil {
+			in.accepted = map[string]string{}
+		}
+		how := "message"
+		if in.inResync {
+			how = "resync"
+		}
+		in.accepted[key] = fmt.Sprintf("v %d by %s at %s", v, how, time.Now().Format("15:04:05.000"))
 		return ok
+	}
+	after := sub.OnResync
+	sub.OnResync = func(n int, err error) {
+		in.mu.Lock()
+		in.inResync = false
+		in.mu.Unlock()
+		after(n, err)
 	}
 	sub.BeforeResync = func() bool {
 		ok := before()
@@ -142,6 +162,7 @@ func (in *scaleInstance) traceSubscription() {
 		in.resyncAt = append(in.resyncAt, time.Now())
 		if ok {
 			in.resyncsRun++
+			in.inResync = true
 		}
 		in.mu.Unlock()
 		return ok
@@ -579,7 +600,7 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 		for _, at := range in.resyncAt {
 			ago = append(ago, time.Since(at).Round(time.Millisecond).String())
 		}
-		sub := fmt.Sprintf("its subscription: resyncs asked %d (%s ago), run %d; dropped %q", in.resyncs, strings.Join(ago, ", "), in.resyncsRun, in.dropped[t.Key])
+		sub := fmt.Sprintf("its subscription: resyncs asked %d (%s ago), run %d; dropped %q; last accepted %s (now %s)", in.resyncs, strings.Join(ago, ", "), in.resyncsRun, in.dropped[t.Key], in.accepted[t.Key], time.Now().Format("15:04:05.000"))
 		in.mu.Unlock()
 		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s; %s)", t.Key, (*v).At(t.Key).State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), sub, holder))
 		if len(out) == 3 {
