@@ -461,12 +461,24 @@ func (c *Checker) armParked(r *run, w *worker, at time.Time, keep, parked bool) 
 // tick is the last point of w's phase before then, if that is later: w
 // is parked, and Recheck brings its tick back within an Interval.
 func (c *Checker) skip(r *run, w *worker, now, until time.Time) {
-	at := NextIdle(w.phase(), now.Add(c.cfg.Interval), c.cfg.Interval)
-	if last := until.Add(-offPhase(w.phase(), until, c.cfg.Interval)); last.After(at) {
-		c.armParked(r, w, last, false, true)
-		return
+	at, parked := NextSkipped(w.phase(), now, until, c.cfg.Interval)
+	c.armParked(r, w, at, false, parked)
+}
+
+// NextSkipped is the next tick after one at now that Shared gave to
+// another checker: the point of phase nearest to an Interval on
+// (NextIdle), or, when Shared said another covers the target until then
+// (see Parking; zero: it did not), the last point of phase before until
+// if that is later, and parked true.
+func NextSkipped(phase time.Duration, now, until time.Time, interval time.Duration) (at time.Time, parked bool) {
+	at = NextIdle(phase, now.Add(interval), interval)
+	if until.IsZero() {
+		return at, false
 	}
-	c.arm(r, w, at, false)
+	if last := until.Add(-offPhase(phase, until, interval)); last.After(at) {
+		return last, true
+	}
+	return at, false
 }
 
 // Recheck brings the tick of the target key, parked until a time Shared

@@ -520,12 +520,15 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 // given about one target in members; the others' Claims were most of its
 // steady work.)
 func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.Time) {
+	if c.cfg.Passive {
+		return false, health.Progress{}, time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	probe, seed := c.claim(t)
 	if probe {
 		return probe, seed, time.Time{}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	// Parked only where something brings the tick back (SetRecheck):
 	// a checker nobody tells would leave the target unasked until the
 	// memo lapses, whatever changed meanwhile.
@@ -550,12 +553,8 @@ func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.
 	return false, seed, time.UnixMicro(m.until).Add(-c.offset)
 }
 
+// claim is Claim with c.mu held.
 func (c *Coordinator) claim(t health.Target) (bool, health.Progress) {
-	if c.cfg.Passive {
-		return false, health.Progress{}
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	probe, covered := c.probes(t.Key, t.Addr)
 	if !probe {
 		// A live holder's status covers t: what this instance found
@@ -1169,16 +1168,12 @@ func (c *Coordinator) view() health.View {
 				set(k)
 			}
 			if scanOwn {
-				due := int64(math.MaxInt64)
 				for k := range c.own {
 					if c.ownAll || !c.held[k] {
 						set(k)
 					}
-					if !c.held[k] {
-						due = min(due, c.ownLapse(k, now))
-					}
 				}
-				c.ownDue = due
+				c.noteOwnDue(now)
 			}
 			c.lastView = e.View()
 			return c.lastView
@@ -1192,15 +1187,22 @@ func (c *Coordinator) view() health.View {
 			v[k] = x
 		}
 	}
-	now, due := c.now(), int64(math.MaxInt64)
+	c.noteOwnDue(c.now())
+	c.lastView, c.lastMade = health.ViewOf(v), true
+	return c.lastView
+}
+
+// noteOwnDue sets ownDue, the entries of the keys in own not held just
+// made at now: the earliest time one may change by time alone (see
+// ownLapse). c.mu is held.
+func (c *Coordinator) noteOwnDue(now int64) {
+	due := int64(math.MaxInt64)
 	for k := range c.own {
 		if !c.held[k] {
 			due = min(due, c.ownLapse(k, now))
 		}
 	}
 	c.ownDue = due
-	c.lastView, c.lastMade = health.ViewOf(v), true
-	return c.lastView
 }
 
 // ownLapse is when the entry of key, in own and not held, may next change
@@ -1211,9 +1213,6 @@ func (c *Coordinator) view() health.View {
 // again by its holder's heartbeat may cover it: the feeds are not
 // watched key by key). c.mu is held.
 func (c *Coordinator) ownLapse(key string, now int64) int64 {
-	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == c.targets[key] && now <= m.until {
-		return m.until
-	}
 	if c.covered(key, c.targets[key]) {
 		if m, ok := c.covers[key]; ok && m.gen == c.coverGen {
 			return m.until

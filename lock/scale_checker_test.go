@@ -399,25 +399,12 @@ func (c *simChecker) next(i int32, start int64) {
 }
 
 // idle puts target i back on the wheel after a tick at at that did not
-// probe it, when the checker's next tick would be (health.NextIdle; or,
-// parked, the last point of its phase before until, as the checker's
-// skip), or at once when ProbeNow came meanwhile.
+// probe it, when the checker's next tick would be (health.NextSkipped:
+// parked until a time Shared gave, or an interval on), or at once when
+// ProbeNow came meanwhile.
 func (c *simChecker) idle(i int32, at int64, until time.Time) {
-	phase := c.fl.phases[i]
-	next := health.NextIdle(phase, time.Unix(0, at+int64(c.interval)), c.interval)
-	if !until.IsZero() {
-		// The last point of the phase before until: the nearest one
-		// to until, an interval earlier when that is after it.
-		last := health.NextIdle(phase, until, c.interval)
-		if last.After(until) {
-			last = last.Add(-c.interval)
-		}
-		if last.After(next) {
-			c.rescheduleParked(i, last.UnixNano(), true)
-			return
-		}
-	}
-	c.reschedule(i, next.UnixNano())
+	next, parked := health.NextSkipped(c.fl.phases[i], time.Unix(0, at), until, c.interval)
+	c.rescheduleParked(i, next.UnixNano(), parked)
 }
 
 // reschedule puts target i back on the wheel at due, or at once when
