@@ -207,9 +207,11 @@ type Coordinator struct {
 	rereadAt     time.Time                  // and another, once every quiet status was rewritten (see plan)
 	safetyAt     time.Time                  // the next read of every status as a safety net
 	feeds        map[string]*feed           // what each holder published and what was heard of it
-	subMarks     map[string]uint64          // the holders' watermarks when the subscription's read began (see beforeResync)
-	subAt        int64                      // Redis µs then
-	subscribed   bool                       // the subscription read every status since the last heartbeat (see afterResync)
+	vetted       vettedMessage              // see vettedMessage
+	subReadAt    time.Time                  // a read of every status is due for the subscription made (again) (see beforeResync)
+	subGen       uint64                     // raised at each subscription: a read begun before one does not cover it
+	subPending   bool                       // no read of every status completed since the last subscription: nothing is confirmed (see confirm)
+	subscribed   bool                       // a read of every status completed since the subscription and the last heartbeat (see readPast)
 	handoffs     map[string]time.Time       // targets whose owner changed: left to it until then (see deferred)
 	returnOwners map[string]string          // after a return, until returnUntil: each target's owner before the outage (see deferred)
 	returnUntil  time.Time                  // the end of a return's handoff (see plan)
@@ -308,24 +310,40 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 	sub.OnReject = c.rejected
 	sub.OnStale = func(string) { c.observe(func(o Observer) { o.Message("stale") }) }
 	sub.BeforeResync = c.beforeResync
-	sub.OnResync = c.afterResync
 	sub.Heard = c.heardMessage
 	sub.Horizon = c.horizon
-	sub.Live = func(key string, v int64, b []byte) { c.applyRemote(key, v, b, true) }
 	// A status is vetted before its version counts: one refused is
 	// dropped without raising the key's last version, so that a forged
 	// or replayed status, whatever its version, cannot make the real
 	// ones stale. One that passes counts as heard of its holder (see
-	// feed), whether its key is wanted here or not: vetted once, so that
-	// a flood of messages costs no more than before they were numbered.
+	// feed), whether its key is wanted here or not. It is vetted once
+	// (its MAC is the costliest part of a message), and applied from
+	// what vetting read: a fleet's start publishes tens of thousands of
+	// statuses a second to every instance.
 	sub.Accept = func(key string, v int64, b []byte) bool {
 		st, err := c.vet(key, v, b)
 		if err != nil {
 			c.refused(key, st, err)
 			return false
 		}
-		c.heardStatus(st)
-		return c.wanted(key)
+		c.mu.Lock()
+		if st.Seq != 0 {
+			c.heard(st.Holder, st.Seq)
+		}
+		ok := c.wantedLocked(key)
+		c.mu.Unlock()
+		if ok {
+			c.vetted = vettedMessage{key: key, v: v, st: st}
+		}
+		return ok
+	}
+	sub.Live = func(key string, v int64, b []byte) {
+		if m := c.vetted; m.key == key && m.v == v {
+			c.vetted = vettedMessage{}
+			c.applyVetted(key, v, m.st, true)
+			return
+		}
+		c.applyRemote(key, v, b, true)
 	}
 	return c, nil
 }
@@ -373,8 +391,22 @@ func (c *Coordinator) refused(key string, st status, err error) {
 func (c *Coordinator) wanted(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.wantedLocked(key)
+}
+
+// wantedLocked is wanted with c.mu held.
+func (c *Coordinator) wantedLocked(key string) bool {
 	_, ok := c.targets[key]
 	return ok || len(c.targets) == 0
+}
+
+// vettedMessage is the last published status Accept vetted and let
+// through, which the subscription applies next (see NewCoordinator). The
+// subscription's goroutine only.
+type vettedMessage struct {
+	key string
+	v   int64
+	st  status
 }
 
 // redisNow is Redis's clock as this instance knows it, Unix µs: its own
@@ -976,11 +1008,17 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 		c.refused(key, st, err)
 		return
 	}
-	if !c.wanted(key) {
-		return
-	}
+	c.applyVetted(key, v, st, live)
+}
+
+// applyVetted applies st, a status of key with version v that passed
+// vetting (see applyRemote).
+func (c *Coordinator) applyVetted(key string, v int64, st status, live bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.wantedLocked(key) {
+		return
+	}
 	key, st.Holder = c.intern(key, st.Holder)
 	if !live && v < c.now()-c.b.storedAge().Microseconds() {
 		// A holder rewrites its status at least every rewrite

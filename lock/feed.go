@@ -130,7 +130,7 @@ func (c *Coordinator) heard(holder string, seq uint64) {
 func (c *Coordinator) reached(f *feed) {
 	n := 0
 	for n < len(f.due) && f.due[n].mark <= f.got {
-		f.confirmed = max(f.confirmed, f.due[n].at)
+		c.confirm(f, f.due[n].at)
 		n++
 	}
 	f.due = f.due[n:]
@@ -185,7 +185,7 @@ func (c *Coordinator) noteMarks(m Membership, fresh bool) (gap bool) {
 		c.reached(f)
 		switch {
 		case w <= f.got:
-			f.confirmed = max(f.confirmed, at) // nothing it published is missing here
+			c.confirm(f, at) // nothing it published is missing here
 		case len(f.due) < maxDue && (len(f.due) == 0 || w > f.due[len(f.due)-1].mark):
 			f.due = append(f.due, due{mark: w, read: now, at: at})
 		}
@@ -237,29 +237,52 @@ func (c *Coordinator) marks() map[string]uint64 {
 	return out
 }
 
-// readPast notes a read of statuses that began at (Redis's clock, µs)
-// and completed: each holder of marks has been read past its mark, and
-// what is known of its statuses was current then.
-func (c *Coordinator) readPast(marks map[string]uint64, at int64) {
+// readPast notes a read j that completed: each holder of its marks has
+// been read past its mark, and what is known of its statuses was current
+// at its start. A read of every status begun after the last subscription
+// also covers what was published while that subscription was being made
+// (see beforeResync): confirmations resume, and the next heartbeat's
+// watermarks count as reached, since what was published between the last
+// heartbeat and the subscription is in what it read, and never comes as a
+// message.
+func (c *Coordinator) readPast(j readJob) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for tok, mark := range marks {
+	for tok, mark := range j.marks {
 		f := c.feeds[tok]
 		if f == nil {
 			continue
 		}
 		f.got = max(f.got, mark)
 		c.reached(f)
-		f.confirmed = max(f.confirmed, at)
+		f.confirmed = max(f.confirmed, j.at)
+	}
+	if j.all && j.gen == c.subGen && c.subPending {
+		c.subPending, c.subscribed = false, true
 	}
 	c.signal()
 }
 
+// confirm notes that what is known of f's statuses was current at at
+// (Redis's clock, µs), unless a subscription was made since the last read
+// of every status: whatever its holder published while it was being made
+// came as no message, and is known only once a read of every status
+// begun after it completes (see readPast). c.mu is held.
+func (c *Coordinator) confirm(f *feed, at int64) {
+	if !c.subPending {
+		f.confirmed = max(f.confirmed, at)
+	}
+}
+
 // beforeResync is asked before the subscription reads every stored
-// status (at each subscription): not in local mode, nor after a return
-// (a read of its own follows once the holders have rewritten their
-// statuses, see reads), when it notes the holders' watermarks the read
-// will reach.
+// status, at each subscription, and makes it skip that read: the read is
+// one of reads' instead (see nextRead), paced and tried again until it
+// completes, so that the subscription's loop goes on delivering messages
+// meanwhile. (Read in that loop, on a loaded machine, messages waited
+// behind it until Redis closed the subscription at its output-buffer
+// limit, and the read made at the next one waited again.) Until the read
+// completes, nothing of any holder is confirmed (see confirm). In local
+// mode, or after a return, the read after the return serves (see reads).
 func (c *Coordinator) beforeResync() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -272,28 +295,14 @@ func (c *Coordinator) beforeResync() bool {
 		kl.stored = time.Time{}
 		c.kept[k] = kl
 	}
+	c.subGen++
+	c.subPending, c.subscribed = true, false
 	if c.mode != ModeCoordinated || !c.resyncAt.IsZero() {
+		c.subReadAt = time.Time{}
 		c.syncOnce.Do(func() { close(c.synced) })
 		return false
 	}
-	c.subMarks, c.subAt = c.marks(), c.now()
-	return true
-}
-
-// afterResync hears that the subscription's read of every stored status
-// ended, with err nil when it was complete.
-func (c *Coordinator) afterResync(_ int, err error) {
-	c.observe(func(o Observer) { o.Resync(err) })
-	if err == nil {
-		c.mu.Lock()
-		marks, at := c.subMarks, c.subAt
-		// What was published between the last heartbeat and the
-		// subscription is in what it read but not in marks, and never
-		// comes as a message: the next heartbeat's watermarks count as
-		// reached (see noteMarks).
-		c.subscribed = true
-		c.mu.Unlock()
-		c.readPast(marks, at)
-	}
-	c.syncOnce.Do(func() { close(c.synced) })
+	c.subReadAt = time.Now()
+	c.signalRead()
+	return false
 }

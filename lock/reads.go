@@ -9,6 +9,8 @@ import (
 type readJob struct {
 	all   bool              // every stored status, paced
 	after bool              // the read after a return
+	sub   bool              // the read a subscription made (again) calls for
+	gen   uint64            // the subscription it began after (see readPast)
 	keys  []string          // else these targets'
 	marks map[string]uint64 // the holders read past, and the watermark each reaches
 	at    int64             // Redis's clock at its start, µs
@@ -24,6 +26,8 @@ type readJob struct {
 //   - a key whose stored status a read found too old to count but newer
 //     than the one applied here, once its holder has rewritten it (see
 //     applyRemote);
+//   - every stored status once a subscription was made (again), at once
+//     (see beforeResync);
 //   - every stored status once the holders have rewritten theirs after a
 //     return (see plan): those that went local too at once, those that
 //     did not once their quiet statuses were rewritten (see
@@ -72,8 +76,11 @@ func (c *Coordinator) nextRead() (readJob, bool) {
 		return readJob{}, false
 	}
 	now := time.Now()
-	j := readJob{at: c.now(), marks: map[string]uint64{}}
+	j := readJob{at: c.now(), marks: map[string]uint64{}, gen: c.subGen}
 	switch {
+	case !c.subReadAt.IsZero() && !now.Before(c.subReadAt):
+		c.subReadAt = time.Time{}
+		j.all, j.sub = true, true
 	case !c.resyncAt.IsZero() && !now.Before(c.resyncAt):
 		c.resyncAt = time.Time{}
 		j.all, j.after = true, true
@@ -146,8 +153,18 @@ func (c *Coordinator) read(ctx context.Context, j readJob) {
 	}
 	var err error
 	if j.all {
-		err = c.sub.scan(ctx, c.pace(), apply)
+		pause := c.pace()
+		if j.sub && !c.isSynced() {
+			// The first: a cold start answers from what it reads.
+			pause = 0
+		}
+		err = c.sub.scan(ctx, pause, apply)
 		c.observe(func(o Observer) { o.Resync(err) })
+		if j.sub {
+			// Done with the first read, or given up on it: Run
+			// answers from what it has, and reads again on failure.
+			c.syncOnce.Do(func() { close(c.synced) })
+		}
 	} else {
 		if len(j.marks) > 0 {
 			c.gapReads.Add(1)
@@ -161,7 +178,7 @@ func (c *Coordinator) read(ctx context.Context, j readJob) {
 		}
 		return
 	}
-	c.readPast(j.marks, j.at)
+	c.readPast(j)
 }
 
 // retry plans a full read j that failed again an interval later: a read
@@ -178,10 +195,23 @@ func (c *Coordinator) retry(j readJob) {
 		for _, k := range j.keys {
 			c.rereads[k] = again
 		}
+	case j.sub:
+		c.subReadAt = again
 	case j.after:
 		c.resyncAt = again
 	case j.all:
 		c.safetyAt = again
+	}
+}
+
+// isSynced reports whether the first read of every stored status has
+// completed or failed (see awaitSynced).
+func (c *Coordinator) isSynced() bool {
+	select {
+	case <-c.synced:
+		return true
+	default:
+		return false
 	}
 }
 
