@@ -105,16 +105,13 @@ type scaleInstance struct {
 	// What its subscription did with each key's messages it did not
 	// apply, and its resyncs (see traceSubscription).
 	dropped    map[string]string
-	resyncs    int
-	resyncsRun int
-	resyncAt   []time.Time
-	inResync   bool
+	subscribed []time.Time // when it subscribed (again)
 	accepted   map[string]string // each key's last status offered and accepted: version, how, when
 }
 
 // traceSubscription notes, for explain, the messages in's subscription
 // heard but dropped (not newer than the key's last version) or did not
-// accept, and its resyncs asked and run.
+// accept, the statuses it accepted, and when it subscribed.
 func (in *scaleInstance) traceSubscription() {
 	sub := in.coord.sub
 	heard, accept, before := sub.Heard, sub.Accept, sub.BeforeResync
@@ -141,29 +138,13 @@ func (in *scaleInstance) traceSubscription() {
 		if in.accepted == nil {
 			in.accepted = map[string]string{}
 		}
-		how := "message"
-		if in.inResync {
-			how = "resync"
-		}
-		in.accepted[key] = fmt.Sprintf("v %d by %s at %s", v, how, time.Now().Format("15:04:05.000"))
+		in.accepted[key] = fmt.Sprintf("v %d at %s", v, time.Now().Format("15:04:05.000"))
 		return ok
-	}
-	after := sub.OnResync
-	sub.OnResync = func(n int, err error) {
-		in.mu.Lock()
-		in.inResync = false
-		in.mu.Unlock()
-		after(n, err)
 	}
 	sub.BeforeResync = func() bool {
 		ok := before()
 		in.mu.Lock()
-		in.resyncs++
-		in.resyncAt = append(in.resyncAt, time.Now())
-		if ok {
-			in.resyncsRun++
-			in.inResync = true
-		}
+		in.subscribed = append(in.subscribed, time.Now())
 		in.mu.Unlock()
 		return ok
 	}
@@ -595,12 +576,15 @@ func (fl *scaleFleet) notUp(in *scaleInstance) string {
 				holder = fmt.Sprintf("its holder %.8s: %s; its checker: %s", h.coord.Token(), h.coord.explain(t), h.check.explain(fl.index[t.Key]))
 			}
 		}
+		in.coord.mu.Lock()
+		pending := in.coord.subPending
+		in.coord.mu.Unlock()
 		in.mu.Lock()
 		var ago []string
-		for _, at := range in.resyncAt {
+		for _, at := range in.subscribed {
 			ago = append(ago, time.Since(at).Round(time.Millisecond).String())
 		}
-		sub := fmt.Sprintf("its subscription: resyncs asked %d (%s ago), run %d; dropped %q; last accepted %s (now %s)", in.resyncs, strings.Join(ago, ", "), in.resyncsRun, in.dropped[t.Key], in.accepted[t.Key], time.Now().Format("15:04:05.000"))
+		sub := fmt.Sprintf("its subscription: made %d times (%s ago), its read of every status pending %v; dropped %q; last message accepted %s (now %s)", len(in.subscribed), strings.Join(ago, ", "), pending, in.dropped[t.Key], in.accepted[t.Key], time.Now().Format("15:04:05.000"))
 		in.mu.Unlock()
 		out = append(out, fmt.Sprintf("%s %v (probes it: %v, seed %v %d/%d; %s; %s; %s)", t.Key, (*v).At(t.Key).State, probe, seed.Verdict.State, seed.OK, seed.Fail, in.coord.explain(t), sub, holder))
 		if len(out) == 3 {
