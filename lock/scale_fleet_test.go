@@ -105,7 +105,7 @@ type scaleInstance struct {
 	// What its subscription did with each key's messages it did not
 	// apply, and its resyncs (see traceSubscription).
 	dropped    map[string]string
-	subscribed []time.Time // when it subscribed (again)
+	subscribed []time.Time       // when it subscribed (again)
 	accepted   map[string]string // each key's last status offered and accepted: version, how, when
 }
 
