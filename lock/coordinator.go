@@ -1320,11 +1320,12 @@ func (c *Coordinator) tend(ctx context.Context) {
 		return
 	}
 	p := c.round(m)
-	// The targets this instance takes back after a return: in local mode
-	// their probes may wait for the probe budget, like every target's;
-	// they come at their phases instead, as they would have had Redis
-	// never stopped, not all at once as the budget frees up (nor while
-	// the takes below wait for Redis).
+	// The targets this instance takes back after a return, and those it
+	// probes on after one (see plan): in local mode their probes may wait
+	// for the probe budget, like every target's; they come at their
+	// phases instead, as they would have had Redis never stopped, not
+	// all at once as the budget frees up (nor while the takes below wait
+	// for Redis).
 	for _, k := range p.rephase {
 		p.probeAtPhase(k)
 	}
@@ -1631,6 +1632,20 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			// at once.
 			p.take = append(p.take, k)
 			if rejoin && c.returnOwners[k] == me {
+				p.rephase = append(p.rephase, k)
+			}
+		}
+	}
+	if rejoin {
+		// Those whose verdict here was turning when Redis returned (a
+		// fall begun in local mode: a backend stopped meanwhile) are
+		// probed on until their holder's status comes (see deferred),
+		// by every instance that counted a failure of theirs: at their
+		// phases too, not together as the budget frees up, which was a
+		// burst of probes of the same few backends from most of the
+		// fleet.
+		for k := range c.own {
+			if c.returnOwners[k] != me && c.turning(k) {
 				p.rephase = append(p.rephase, k)
 			}
 		}
