@@ -327,10 +327,8 @@ func NewCoordinator(rdb redis.UniversalClient, cfg Config) (*Coordinator, error)
 			return false
 		}
 		c.mu.Lock()
-		if st.Seq != 0 {
-			c.heard(st.Holder, st.Seq)
-		}
-		ok := c.wantedLocked(key)
+		c.heardStatus(st)
+		ok := c.wanted(key)
 		c.mu.Unlock()
 		if ok {
 			c.vetted = vettedMessage{key: key, v: v, st: st}
@@ -387,15 +385,8 @@ func (c *Coordinator) refused(key string, st status, err error) {
 // that what is published cannot grow this instance's memory; a genuine
 // one (a node this instance has not read from the registry yet) is
 // published again when it changes, and read again by the next read of
-// every status.
+// every status. c.mu is held.
 func (c *Coordinator) wanted(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.wantedLocked(key)
-}
-
-// wantedLocked is wanted with c.mu held.
-func (c *Coordinator) wantedLocked(key string) bool {
 	_, ok := c.targets[key]
 	return ok || len(c.targets) == 0
 }
@@ -1016,7 +1007,7 @@ func (c *Coordinator) applyRemote(key string, v int64, b []byte, live bool) {
 func (c *Coordinator) applyVetted(key string, v int64, st status, live bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.wantedLocked(key) {
+	if !c.wanted(key) {
 		return
 	}
 	key, st.Holder = c.intern(key, st.Holder)

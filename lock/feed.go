@@ -89,20 +89,19 @@ func (b bounds) forgetAfter() time.Duration { return 2*b.cycle + 2*MaxCallTimeou
 // refused does not count as heard.
 func (c *Coordinator) heardMessage(key string, v int64, b []byte) {
 	if st, err := c.vet(key, v, b); err == nil {
+		c.mu.Lock()
 		c.heardStatus(st)
+		c.mu.Unlock()
 	}
 }
 
 // heardStatus notes the number of st, a status vetted, published or
 // read in a read of every status (which reads whatever its holder
-// published before).
+// published before). c.mu is held.
 func (c *Coordinator) heardStatus(st status) {
-	if st.Seq == 0 {
-		return
+	if st.Seq != 0 {
+		c.heard(st.Holder, st.Seq)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.heard(st.Holder, st.Seq)
 }
 
 // heard notes that holder's publish number seq arrived. c.mu is held.

@@ -87,16 +87,38 @@ func TestQuietStatusLeaseKept(t *testing.T) {
 
 // failCalls is a go-redis hook that fails every command and pipeline of one
 // client while on, as a network that lost Redis for one instance would
-// (its subscription's connection aside).
-type failCalls struct{ on *atomic.Bool }
+// (its subscription's connection aside); with only, just the commands of
+// that name (and a pipeline holding one), as a Redis that misses its
+// deadlines for those. failed, when set, counts the calls it failed.
+type failCalls struct {
+	on     *atomic.Bool
+	only   string
+	failed *atomic.Int64
+}
 
 var errCutOff = errors.New("cut off from Redis (test)")
+
+// fails reports whether the call of cmds fails now, and counts it when
+// it does.
+func (h failCalls) fails(cmds ...redis.Cmder) bool {
+	if !h.on.Load() {
+		return false
+	}
+	hit := h.only == ""
+	for _, c := range cmds {
+		hit = hit || c.Name() == h.only
+	}
+	if hit && h.failed != nil {
+		h.failed.Add(1)
+	}
+	return hit
+}
 
 func (failCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h failCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if h.on.Load() {
+		if h.fails(cmd) {
 			cmd.SetErr(errCutOff)
 			return errCutOff
 		}
@@ -106,7 +128,7 @@ func (h failCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h failCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if h.on.Load() {
+		if h.fails(cmds...) {
 			for _, c := range cmds {
 				c.SetErr(errCutOff)
 			}

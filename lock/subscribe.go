@@ -55,14 +55,9 @@ type Subscriber struct {
 	// OnStale, when set, is told of each published message dropped because
 	// its version is not above the key's last one.
 	OnStale func(key string)
-	// OnResync, when set, is told of each resync once what it read was
-	// offered, with how many statuses it read and its error (nil when
-	// complete).
-	OnResync func(n int, err error)
 	// BeforeResync, when set, is asked before each resync whether to do
-	// it: false skips it (a receiver that has a read of its own planned,
-	// as a Coordinator back from an outage). It may note what it knows
-	// then: what the resync reads is at least as new.
+	// it: false skips it (a receiver that reads by its own rules, as a
+	// Coordinator does: it is told of each subscription so).
 	BeforeResync func() bool
 	// Heard, when set, hears every published message dropped because its
 	// version is not above the key's last one: a receiver that counts
@@ -411,9 +406,6 @@ func (s *Subscriber) resyncAll(ctx context.Context, apply func(string, int64, []
 			continue
 		}
 		s.offer(st.Key, st.Version, st.Status, apply)
-	}
-	if s.OnResync != nil {
-		s.OnResync(len(all), err)
 	}
 }
 

@@ -2,7 +2,6 @@ package lock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -14,32 +13,6 @@ import (
 	"github.com/pgcluster/pgcluster/health"
 	"github.com/pgcluster/pgcluster/internal/redistest"
 )
-
-// failScans is a go-redis hook that fails every SCAN while on: a read of
-// every status that cannot complete (a loaded Redis missing its
-// deadlines), while every other call goes through.
-type failScans struct {
-	on     atomic.Bool
-	failed atomic.Int64
-}
-
-func (f *failScans) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (f *failScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if f.on.Load() && cmd.Name() == "scan" {
-			f.failed.Add(1)
-			err := errors.New("test: SCAN refused")
-			cmd.SetErr(err)
-			return err
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (f *failScans) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
 
 // A subscription made again misses what was published while it was
 // being made: only a read of every status, begun after it, finds that.
@@ -65,17 +38,21 @@ func TestSubscriptionReadTriedUntilComplete(t *testing.T) {
 		backends = append(backends, b)
 		targets = append(targets, health.Target{Key: fmt.Sprintf("c/%d", i), Addr: b.addr})
 	}
+	// Each instance's SCANs are refused while its refuse is on: a read
+	// of every status that cannot complete (a loaded Redis missing its
+	// deadlines), while every other call goes through.
 	var (
-		ins   [2]*instance
-		gates [2]*gate
-		scans [2]*failScans
+		ins     [2]*instance
+		gates   [2]*gate
+		refuse  [2]atomic.Bool
+		refused [2]atomic.Int64
 	)
 	for i := range 2 {
-		gates[i], scans[i] = &gate{}, &failScans{}
+		gates[i] = &gate{}
 		rdb := newClient(t, srv, func(o *redis.Options) {
 			o.Dialer, o.ClientName = gates[i].dial, fmt.Sprintf("instance%d", i)
 		})
-		rdb.AddHook(scans[i])
+		rdb.AddHook(failCalls{on: &refuse[i], only: "scan", failed: &refused[i]})
 		cfg := Config{Prefix: "fleet:", Interval: gapInterval, Timeout: gapTimeout, Resync: time.Hour, Logf: t.Logf}
 		hc := health.Config{Check: health.CheckTCP, Interval: gapInterval, Timeout: gapTimeout, Rise: 1, Fall: 1}
 		ins[i] = startChecked(t, rdb, targets, cfg, hc)
@@ -114,7 +91,7 @@ func TestSubscriptionReadTriedUntilComplete(t *testing.T) {
 
 	// Cut the other instance's subscription, and keep it from
 	// subscribing again until the holder's "down" has gone out.
-	scans[rx].on.Store(true)
+	refuse[rx].Store(true)
 	gates[rx].closed.Store(true)
 	if err := admin.ClientKillByFilter(ctx, "TYPE", "pubsub").Err(); err != nil {
 		t.Fatalf("CLIENT KILL TYPE pubsub: %v", err)
@@ -139,7 +116,7 @@ func TestSubscriptionReadTriedUntilComplete(t *testing.T) {
 	eventually(t, 10*time.Second, "the holder sees its first backend down", func() bool { return ins[tx].state(targets[k1].Key) == health.Down })
 	gates[rx].closed.Store(false)
 	eventually(t, 10*time.Second, "the other instance subscribed again, its read refused", func() bool {
-		return subscribers() == 2 && scans[rx].failed.Load() > 0
+		return subscribers() == 2 && refused[rx].Load() > 0
 	})
 	// Until now its confirmations could rise: by heartbeats before the
 	// "down" went out.
@@ -155,12 +132,12 @@ func TestSubscriptionReadTriedUntilComplete(t *testing.T) {
 		t.Errorf("the holder's publishes confirmed %v later while the read that finds its lost one had not completed: its old \"up\" is vouched for", time.Duration(after-before)*time.Microsecond)
 	}
 
-	scans[rx].on.Store(false)
+	refuse[rx].Store(false)
 	at := time.Now()
 	bound := c.b.interval + 2*c.b.cycle + MaxCallTimeout
 	eventually(t, bound+attackMargin, "the lost down read by the other instance", func() bool { return remoteState(k1) == "down" })
 	took := time.Since(at)
 	eventually(t, 5*time.Second, "the holder's publishes confirmed again", func() bool { return confirmed() > before })
 	t.Logf("a status published while the subscription was made again, its read refused %d times: read %v after SCAN answered again (bound %v: an interval, two cycles and a call)",
-		scans[rx].failed.Load(), took.Round(time.Millisecond), bound)
+		refused[rx].Load(), took.Round(time.Millisecond), bound)
 }
