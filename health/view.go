@@ -5,6 +5,7 @@ import (
 	"iter"
 	"maps"
 	"math"
+	"reflect"
 	"sync/atomic"
 )
 
@@ -96,6 +97,13 @@ func (v View) All() iter.Seq2[string, Verdict] {
 			}
 		}
 	}
+}
+
+// Same reports whether v and o are one View: an Edit that changed
+// nothing gives back the View it was made from.
+func (v View) Same(o View) bool {
+	return v.base == o.base && v.n == o.n && len(v.over) == len(o.over) &&
+		reflect.ValueOf(v.over).UnsafePointer() == reflect.ValueOf(o.over).UnsafePointer()
 }
 
 // Changed returns the keys whose verdicts may differ between was and v (a

@@ -129,3 +129,33 @@ func BenchmarkViewEdit(b *testing.B) {
 		v = e.View()
 	}
 }
+
+// Same: an Edit that changes nothing gives back the View it was made
+// from; one that changes anything, or another View of the same entries,
+// is another.
+func TestViewSame(t *testing.T) {
+	up := Verdict{State: Up}
+	v := ViewOf(map[string]Verdict{"a": up, "b": up})
+	if !v.Same(v) || !(View{}).Same(View{}) {
+		t.Fatal("a View is not the same as itself")
+	}
+	e := v.Edit()
+	e.Set("a", up)
+	if w := e.View(); !w.Same(v) {
+		t.Error("an Edit setting a verdict it had gave another View")
+	}
+	e = v.Edit()
+	e.Set("c", up)
+	w := e.View()
+	if w.Same(v) {
+		t.Error("an Edit adding a verdict gave the same View")
+	}
+	e = w.Edit()
+	e.Set("c", Verdict{State: Down})
+	if x := e.View(); x.Same(w) || x.Same(v) {
+		t.Error("an Edit changing a verdict gave the same View")
+	}
+	if ViewOf(map[string]Verdict{"a": up, "b": up}).Same(v) {
+		t.Error("two Views made apart are the same")
+	}
+}

@@ -1,6 +1,7 @@
 package lock
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"maps"
@@ -192,6 +193,7 @@ type Coordinator struct {
 	memberList   []string                   // the same, in token order
 	rank         ranking                    // memberList, for rendezvous hashing
 	owners       map[string]string          // each target's owner among memberList (see setOwners)
+	top          map[string]uint64          // each target's score against its owner (see ownership.next)
 	mine         []string                   // the targets whose owner is this instance, as owners says
 	covers       map[string]coverMemo       // what covered found of each key, while nothing it turns on changed (see coverMemo)
 	coverGen     uint64                     // the generation of covers that counts: raised by forgetCovers
@@ -222,7 +224,7 @@ type Coordinator struct {
 	dirty        map[string]struct{} // keys whose View entry may have changed since the last View (see view)
 	dirtyAll     bool                // any entry may have: the next View is made whole
 	ownAll       bool                // the entry of any key in own may have (see signal)
-	ownDue       int64               // Redis µs: the entries of keys in own not held may change by time alone from then (see view)
+	ownDues      ownDues             // the keys of own not held, by when their entries may change by time alone (see view)
 	lastView     health.View         // the last View made (when lastMade), shared with Run's apply
 	lastMade     bool
 	readWake     chan struct{}        // tells reads there may be something to read
@@ -469,7 +471,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 		c.targets[t.Key] = t.Addr
 		c.keyOf[t.Key] = t.Key
 	}
-	c.setOwners(c.owners)
+	c.setOwners(c.ownership())
 	// What this instance probed of targets that are gone is of no use;
 	// the statuses stay (they expire in Redis, and a target may be back).
 	for _, m := range []map[string]health.Progress{c.own, c.published} {
@@ -663,8 +665,13 @@ type localCover struct {
 // coveredLocal reports whether, in local mode, another holder's status
 // still covers key at addr (see goLocal). c.mu is held.
 func (c *Coordinator) coveredLocal(key string, addr netip.AddrPort) bool {
+	return c.coveredLocalAt(key, addr, c.now())
+}
+
+// coveredLocalAt is coveredLocal at now (Redis µs). c.mu is held.
+func (c *Coordinator) coveredLocalAt(key string, addr netip.AddrPort, now int64) bool {
 	lc, ok := c.localCover[key]
-	return ok && lc.addr == addr && c.now() < lc.until
+	return ok && lc.addr == addr && now < lc.until
 }
 
 // covered reports whether a live holder's status covers key at addr: a
@@ -677,7 +684,11 @@ func (c *Coordinator) coveredLocal(key string, addr netip.AddrPort) bool {
 // lease (one that lost it to anyone's write probes the key itself until
 // it takes the lease back). c.mu is held.
 func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
-	now := c.now()
+	return c.coveredAt(key, addr, c.now())
+}
+
+// coveredAt is covered at now (Redis µs). c.mu is held.
+func (c *Coordinator) coveredAt(key string, addr netip.AddrPort, now int64) bool {
 	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == addr && now <= m.until {
 		return true
 	}
@@ -1165,44 +1176,62 @@ func (c *Coordinator) view() health.View {
 	if !c.dirtyAll && c.lastMade {
 		// The entries of keys in own that this instance does not hold
 		// turn on whether a holder's status covers them, which changes
-		// by time alone (a cover lapses): they are made again when
-		// that may have happened (ownDue), and whenever anything else
-		// that covered turns on changed (ownAll: see forgetCovers).
-		// Otherwise only the keys touched since: at a fleet's start,
-		// an instance's own holds thousands of keys it probed before
-		// their holders' statuses came, and making them all again at
-		// every View was most of its start.
+		// by time alone (a cover lapses): each is made again when that
+		// may have happened (ownDues), and all of them whenever
+		// anything else that covered turns on changed (ownAll: see
+		// forgetCovers). Otherwise only the keys touched since: at a
+		// fleet's start, an instance's own holds thousands of keys it
+		// probed before their holders' statuses came, and making them
+		// all again at every View was most of its start.
 		now := c.now()
-		scanOwn := c.ownAll || c.mode == ModeLocal || now >= c.ownDue
+		scanOwn := c.ownAll || c.mode == ModeLocal || len(c.ownDues) > 2*len(c.own)+64
 		again := len(c.dirty)
-		if c.ownAll {
-			again += len(c.own)
-		} else if scanOwn {
+		var due []string
+		if scanOwn {
 			for k := range c.own {
-				if !c.held[k] {
+				if c.ownAll || !c.held[k] {
 					again++
 				}
 			}
+		} else {
+			due = c.ownDues.due(now, c.dirty)
+			again += len(due)
 		}
 		if again <= len(c.targets)/4 {
 			e := c.lastView.Edit()
 			set := func(k string) {
-				if x, ok := c.viewEntry(k); ok {
+				x, ok, oc := c.viewEntry(k, now)
+				if ok {
 					e.Set(k, x)
 				} else {
 					e.Delete(k)
+				}
+				if oc != notOwn && !scanOwn {
+					c.ownDues.add(k, c.ownLapse(k, now, oc))
 				}
 			}
 			for k := range c.dirty {
 				set(k)
 			}
+			for _, k := range due {
+				set(k)
+			}
 			if scanOwn {
+				c.ownDues = c.ownDues[:0]
 				for k := range c.own {
 					if c.ownAll || !c.held[k] {
-						set(k)
+						x, ok, oc := c.viewEntry(k, now)
+						if ok {
+							e.Set(k, x)
+						} else {
+							e.Delete(k)
+						}
+						if oc != notOwn {
+							c.ownDues = append(c.ownDues, ownDue{c.ownLapse(k, now, oc), k})
+						}
 					}
 				}
-				c.noteOwnDue(now)
+				heap.Init(&c.ownDues)
 			}
 			c.lastView = e.View()
 			return c.lastView
@@ -1211,44 +1240,123 @@ func (c *Coordinator) view() health.View {
 	// Sized at once: grown entry by entry, a View of thousands of
 	// targets costs its map's rehashes as much as the rest of its making.
 	v := make(map[string]health.Verdict, len(c.targets))
+	now := c.now()
+	c.ownDues = c.ownDues[:0]
 	for k := range c.targets {
-		if x, ok := c.viewEntry(k); ok {
+		x, ok, oc := c.viewEntry(k, now)
+		if ok {
 			v[k] = x
 		}
+		if oc != notOwn {
+			c.ownDues = append(c.ownDues, ownDue{c.ownLapse(k, now, oc), k})
+		}
 	}
-	c.noteOwnDue(c.now())
+	heap.Init(&c.ownDues)
 	c.lastView, c.lastMade = health.ViewOf(v), true
 	return c.lastView
 }
 
-// noteOwnDue sets ownDue, the entries of the keys in own not held just
-// made at now: the earliest time one may change by time alone (see
-// ownLapse). c.mu is held.
-func (c *Coordinator) noteOwnDue(now int64) {
-	due := int64(math.MaxInt64)
-	for k := range c.own {
-		if !c.held[k] {
-			due = min(due, c.ownLapse(k, now))
-		}
-	}
-	c.ownDue = due
+// ownDue is when the entry of a key in own not held may next change by
+// time alone (Redis µs, see ownLapse).
+type ownDue struct {
+	at  int64
+	key string
 }
 
-// ownLapse is when the entry of key, in own and not held, may next change
-// by time alone (Redis µs), its entry just made at now: when the
-// coverMemo that covers it lapses; at once when it is covered without
-// one (its holder is this instance, or has a gap pending, which lapse
-// with time); an interval on when nothing covers it (a status confirmed
-// again by its holder's heartbeat may cover it: the feeds are not
-// watched key by key). c.mu is held.
-func (c *Coordinator) ownLapse(key string, now int64) int64 {
-	if c.covered(key, c.targets[key]) {
-		if m, ok := c.covers[key]; ok && m.gen == c.coverGen {
-			return m.until
-		}
-		return now
+// ownDues is a heap of the keys of own not held by when their entries
+// may change by time alone, the earliest first: a View makes again those
+// due, not every key of own. A key may be in it more than once (each
+// View that made its entry again added it); one that is no longer in own
+// not held is made again all the same when due, and then left out. When
+// it holds many more than own, the next View makes all of own again and
+// the heap anew.
+type ownDues []ownDue
+
+func (h ownDues) Len() int           { return len(h) }
+func (h ownDues) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h ownDues) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *ownDues) Push(x any)        { *h = append(*h, x.(ownDue)) }
+func (h *ownDues) Pop() any {
+	old := *h
+	d := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return d
+}
+
+// add notes that key's entry may change by time alone at at.
+func (h *ownDues) add(key string, at int64) {
+	if at != math.MaxInt64 {
+		heap.Push(h, ownDue{at, key})
 	}
-	return now + c.b.interval.Microseconds()
+}
+
+// due takes the keys due at now off the heap, each once, leaving out
+// those in skip (made again anyway).
+func (h *ownDues) due(now int64, skip map[string]struct{}) []string {
+	var out []string
+	seen := map[string]bool{}
+	for h.Len() > 0 && (*h)[0].at <= now {
+		d := heap.Pop(h).(ownDue)
+		if _, ok := skip[d.key]; ok || seen[d.key] {
+			continue
+		}
+		seen[d.key] = true
+		out = append(out, d.key)
+	}
+	return out
+}
+
+// nextDue is when the first key of h falls due, MaxInt64 for none.
+func (h ownDues) nextDue() int64 {
+	if len(h) == 0 {
+		return math.MaxInt64
+	}
+	return h[0].at
+}
+
+// ownCover is what entry found of a key: whether it is in own and not
+// held (its entry may change by time alone, see ownLapse), and if so
+// whether a holder's status covers it.
+type ownCover int8
+
+const (
+	notOwn       ownCover = iota // not in own, or held
+	ownCovered                   // in own, not held, covered (see covered)
+	ownUncovered                 // in own, not held, not covered
+	ownLocal                     // in own, not held, in local mode and not covered there (see coveredLocal)
+)
+
+// ownLapse is when the entry of key may next change by time alone (Redis
+// µs), its entry just made at now and oc found of it: never for a key not
+// in own, or held, or in local mode and covered by no other holder's
+// status there (its own verdict answers until the mode changes); when the
+// coverMemo that covers it lapses, or without one (its holder has a gap
+// pending) when the gap does; an interval on when nothing covers it (a
+// status confirmed again by its holder's heartbeat may cover it: the
+// feeds are not watched key by key); and in local mode at the latest when
+// the status that covers it there stops covering it. c.mu is held.
+func (c *Coordinator) ownLapse(key string, now int64, oc ownCover) int64 {
+	lapse := now + c.b.interval.Microseconds()
+	switch oc {
+	case notOwn, ownLocal:
+		return math.MaxInt64
+	case ownCovered:
+		if m, ok := c.covers[key]; ok && m.gen == c.coverGen {
+			lapse = m.until
+		} else if r, ok := c.remote[key]; ok {
+			if f := c.feeds[r.Holder]; f != nil && f.pending != 0 {
+				// Its holder has a gap pending, which lapses a
+				// handoff after it was found (see asOf).
+				lapse = now + max(c.b.handoff()-time.Since(f.gapAt), 0).Microseconds()
+			}
+		}
+	}
+	if lc, ok := c.localCover[key]; ok && c.mode == ModeLocal {
+		// Covered there until the other holder's status stops
+		// covering it (see coveredLocal).
+		lapse = min(lapse, lc.until)
+	}
+	return lapse
 }
 
 // viewEntry returns key's entry of the View, and whether it has one (see
@@ -1257,15 +1365,15 @@ func (c *Coordinator) ownLapse(key string, now int64) int64 {
 // as fresh as the fleet's statuses are (a holder stores a quiet one again
 // every rewrite period), not made again at every probe of every target
 // this instance holds, each a change of the View. c.mu is held.
-func (c *Coordinator) viewEntry(key string) (health.Verdict, bool) {
-	x, ok := c.entry(key)
+func (c *Coordinator) viewEntry(key string, now int64) (health.Verdict, bool, ownCover) {
+	x, ok, oc := c.entry(key, now)
 	if !ok {
-		return x, false
+		return x, false, oc
 	}
 	if was, had := c.lastView.Get(key); had && was.Equal(x, true) && x.Last.Sub(was.Last) < c.b.rewrite() && !x.Last.Before(was.Last) {
-		return was, true
+		return was, true, oc
 	}
-	return x, true
+	return x, true, oc
 }
 
 // entry returns key's entry of the View, and whether it has one: this
@@ -1275,17 +1383,28 @@ func (c *Coordinator) viewEntry(key string) (health.Verdict, bool) {
 // what the fleet knew before the outage) or the holder's is on its way to
 // it (see status.behind); else the holder's; none for a key that is not a
 // target or whose verdict is unknown. c.mu is held.
-func (c *Coordinator) entry(key string) (health.Verdict, bool) {
+func (c *Coordinator) entry(key string, now int64) (health.Verdict, bool, ownCover) {
 	addr, ok := c.targets[key]
 	if !ok {
-		return health.Verdict{}, false
+		return health.Verdict{}, false, notOwn
 	}
 	var p health.Progress
 	r, ok := c.remote[key]
 	ok = ok && r.Addr == addr
 	own, mine := c.own[key]
+	oc := notOwn
+	if mine && !c.held[key] {
+		switch {
+		case c.mode == ModeLocal && !c.coveredLocalAt(key, addr, now):
+			oc = ownLocal
+		case c.coveredAt(key, addr, now):
+			oc = ownCovered
+		default:
+			oc = ownUncovered
+		}
+	}
 	switch {
-	case mine && (c.mode == ModeLocal && !c.coveredLocal(key, addr) || c.held[key] || !c.covered(key, addr)):
+	case mine && oc != ownCovered:
 		p = own
 	case ok && mine && r.behind(own):
 		p = own
@@ -1293,9 +1412,9 @@ func (c *Coordinator) entry(key string) (health.Verdict, bool) {
 		p = r.progress()
 	}
 	if p.Verdict.State == health.Unknown {
-		return health.Verdict{}, false
+		return health.Verdict{}, false, oc
 	}
-	return p.Verdict, true
+	return p.Verdict, true, oc
 }
 
 // tend is one round of looking after membership and leases: heartbeat
@@ -1491,25 +1610,25 @@ type tendPlan struct {
 func (c *Coordinator) round(m Membership) tendPlan {
 	c.mu.Lock()
 	var keys []string
+	var was *ownership
 	changed := !slices.Equal(m.Members, c.memberList)
 	if changed {
 		keys = slices.Collect(maps.Keys(c.targets))
+		was = c.ownership()
 	}
 	c.mu.Unlock()
 	var next *ownership
 	if changed {
-		rank := newRanking(m.Members)
-		next = &ownership{rank: rank, owners: rank.owners(keys)}
+		next = was.next(newRanking(m.Members), keys)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.plan(m, next)
 }
 
-// ownership is the owners of the targets for a list of members.
-type ownership struct {
-	rank   ranking
-	owners map[string]string
+// ownership returns the targets' owners now. c.mu is held.
+func (c *Coordinator) ownership() *ownership {
+	return &ownership{rank: c.rank, owners: c.owners, top: c.top}
 }
 
 // plan applies the membership a heartbeat read (a return to coordinated
@@ -1589,8 +1708,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 	if !slices.Equal(members, c.memberList) {
 		c.signal() // what is covered may change
 		if next == nil {
-			rank := newRanking(members)
-			next = &ownership{rank: rank, owners: rank.owners(slices.Collect(maps.Keys(c.targets)))}
+			next = c.ownership().next(newRanking(members), slices.Collect(maps.Keys(c.targets)))
 		}
 		c.forgetCovers()
 		c.members = make(map[string]bool, len(members))
@@ -1601,7 +1719,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		}
 		c.memberList = members
 		c.rank = next.rank
-		c.setOwners(next.owners)
+		c.setOwners(next)
 	}
 	c.offset = time.Until(m.Now)
 	p.read = c.noteMarks(m, rejoin || c.subscribed)
@@ -1659,17 +1777,33 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 // deferred). The owners are computed again only when the members or the
 // targets change: at 300 members a key's owner costs microseconds, too
 // much for every target at every round and every Claim. c.mu is held.
-func (c *Coordinator) setOwners(from map[string]string) {
-	owners := make(map[string]string, len(c.targets))
+func (c *Coordinator) setOwners(from *ownership) {
+	owners, top := from.owners, from.top
+	same := len(owners) == len(c.targets) && len(top) == len(c.targets)
+	for k := range c.targets {
+		if !same {
+			break
+		}
+		_, same = owners[k]
+	}
+	if !same {
+		// Targets changed since from was computed: its maps, which
+		// others may share, stay as they are.
+		owners, top = make(map[string]string, len(c.targets)), make(map[string]uint64, len(c.targets))
+		for k := range c.targets {
+			o, ok := from.owners[k]
+			s, scored := from.top[k]
+			if !ok || !scored {
+				o, s = c.rank.best(k)
+			}
+			owners[k], top[k] = o, s
+		}
+	}
 	until := time.Now().Add(c.b.handoff())
 	me := c.Token()
 	c.mine = c.mine[:0]
 	for k := range c.targets {
-		o, ok := from[k]
-		if !ok {
-			o = c.rank.owner(k)
-		}
-		owners[k] = o
+		o := owners[k]
 		if o == me {
 			c.mine = append(c.mine, k)
 		}
@@ -1677,7 +1811,7 @@ func (c *Coordinator) setOwners(from map[string]string) {
 			c.handoffs[k] = until
 		}
 	}
-	c.owners = owners
+	c.owners, c.top = owners, top
 	c.forgetCovers()
 }
 

@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"hash/fnv"
+	"math"
 	"sync"
 	"time"
 
@@ -66,10 +67,31 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 		c.awaitChecked(ctx)
 	}
 	var views pacer
+	// The entries of targets this instance probed and does not hold
+	// change by time alone too (a holder's status comes to cover one, or
+	// stops: see ownLapse), with nothing to wake the loop: a View is made
+	// again when that may have happened, or an instance that stopped
+	// probing a target its holder now covers would answer its own
+	// unfinished verdict (none) for as long as nothing else changed.
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	var last health.View
+	first := true
 	view := func() {
 		start := time.Now()
-		apply(c.view())
+		// A View that changed nothing (its due entries made again to the
+		// same verdicts) is not applied again: the zone it makes is the
+		// one served.
+		if v := c.view(); first || !v.Same(last) {
+			first, last = false, v
+			apply(v)
+		}
 		views.ran(start)
+		if d, ok := c.untilOwnDue(); ok {
+			due.Reset(d)
+		} else {
+			due.Stop()
+		}
 	}
 	view()
 	for {
@@ -80,12 +102,27 @@ func (c *Coordinator) Run(ctx context.Context, apply func(health.View)) {
 			c.leave()
 			return
 		case <-c.wake:
-			// Paced: one View covers every change since the last.
-			if views.wait(ctx) == nil {
-				view()
-			}
+		case <-due.C:
+		}
+		// Paced: one View covers every change since the last.
+		if views.wait(ctx) == nil {
+			view()
 		}
 	}
+}
+
+// untilOwnDue is how long until the entries of keys in own not held may
+// change by time alone (see ownLapse), and whether any may. Rounded up to
+// the next millisecond: a View made a moment before would find nothing
+// due, and set the same moment again.
+func (c *Coordinator) untilOwnDue() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at := c.ownDues.nextDue()
+	if at == math.MaxInt64 {
+		return 0, false
+	}
+	return max(time.Duration(at-c.now())*time.Microsecond, 0) + time.Millisecond, true
 }
 
 // tendLoop runs tend once a cycle, and in local mode once a step (see
