@@ -86,6 +86,11 @@ const (
 //	SCALE_FLIPS   rounds of 10 backends down and up again (default 3)
 //	SCALE_SETTLE  how long a fleet may take to settle (default 90s); one
 //	              that does not is measured all the same, and says so
+//	SCALE_WAVES   grows the fleet in that many waves (default 1: every
+//	              instance at once): the first wave is given the
+//	              targets as the others are, each next one starts with
+//	              them, once the fleet before it settled (a fleet scaled
+//	              out in steps); each wave may take SCALE_SETTLE
 //	SCALE_BUDGET  each instance's probe budget, probes a second, or off
 //	              (default the plugin's with Redis: the larger of 200
 //	              and backends / (2 x interval)), applied as health's
@@ -323,15 +328,31 @@ func (fl *scaleFleet) snap(b *testing.B) scaleSnap {
 func benchScale(b *testing.B, sz scaleSize, window time.Duration, flips int, settleMax time.Duration) {
 	n, m := sz.instances, sz.backends
 	budget := envBudget(b, m)
+	waves := max(1, min(envInt(b, "SCALE_WAVES", 1), n))
 	stopStart := windowProfile(b, "SCALE_STARTPROFILE")
-	fl := startScaleFleet(b, n, m, scaleInterval, budget)
 	say := scaleSay(sz.String())
+	fl := startScaleFleet(b, n-(waves-1)*(n/waves), m, scaleInterval, budget)
 	took, why := fl.settle(settleMax)
+	for w := 1; w < waves && why == ""; w++ {
+		say("wave %d of %d: %d instances settled %v after the targets came", w, waves, len(fl.ins), took.Round(100*time.Millisecond))
+		from := time.Now()
+		fl.grow(n / waves)
+		_, why = fl.settle(settleMax)
+		took = time.Since(from)
+	}
 	stopStart()
+	n = len(fl.ins) // fewer when a wave did not settle: the rest were not added
+	grown := ""
+	if waves > 1 {
+		grown = fmt.Sprintf(" (grown in %d waves: the last %d instances added to %d)", waves, n/waves, n-n/waves)
+	}
 	if why == "" {
-		say("%d instances x %d backends, interval %v, probe budget %s: settled %v after the targets came", n, m, scaleInterval, budgetString(budget), took.Round(100*time.Millisecond))
+		say("%d instances x %d backends, interval %v, probe budget %s: settled %v after the targets came%s", n, m, scaleInterval, budgetString(budget), took.Round(100*time.Millisecond), grown)
 	} else {
-		say("%d instances x %d backends, interval %v, probe budget %s: NOT SETTLED after %v (%s), measured all the same", n, m, scaleInterval, budgetString(budget), settleMax, why)
+		if n < sz.instances {
+			grown = fmt.Sprintf(" (grown in %d waves, stopped at %d of %d instances)", waves, n, sz.instances)
+		}
+		say("%d instances x %d backends, interval %v, probe budget %s: NOT SETTLED after %v (%s), measured all the same%s", n, m, scaleInterval, budgetString(budget), settleMax, why, grown)
 	}
 	locals := fl.wentLocal(time.Time{})
 

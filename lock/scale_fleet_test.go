@@ -66,6 +66,7 @@ type scaleFleet struct {
 
 	ins     []*scaleInstance
 	clients []*redis.Client // the instances'
+	ctx     context.Context // the instances' Runs
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 
@@ -316,49 +317,15 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 	for i, k := range keys {
 		fl.phases[i] = phases[k]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	fl.cancel = cancel
+	fl.ctx, fl.cancel = context.WithCancel(context.Background())
 	redis.SetLogger(scaleRedisLog{})
 	scaleRedisLogs.Store(&fl.logs)
 	tb.Cleanup(fl.stop)
-	for i := range n {
-		rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true,
-			DialTimeout: scaleDialTimeout, ReadTimeout: scaleIOTimeout, WriteTimeout: scaleIOTimeout})
-		rdb.AddHook(sentCounter{cmds: &fl.sent, trips: &fl.trips, calls: &fl.flipCalls})
-		fl.clients = append(fl.clients, rdb)
-		in := &scaleInstance{}
-		coord, err := NewCoordinator(rdb, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout,
-			Logf: fl.logs.logf, Observer: scaleObserver{fl, in}})
-		if err != nil {
-			tb.Fatal(err)
-		}
-		in.coord = coord
-		in.traceSubscription()
-		in.check = newSimChecker(fl, coord)
-		coord.SetProbeNow(in.check.ProbeNow)
-		coord.SetProbeAtPhase(in.check.ProbeAtPhase)
-		coord.SetRecheck(in.check.Recheck, in.check.RecheckAll)
-		fl.ins = append(fl.ins, in)
-		fl.wg.Go(func() { in.check.run(ctx) })
-		// Instances started at once would look after their leases in
-		// step (a cycle from each start) and take theirs at the same
-		// moments, aligning the ticks of every lease taken: a fleet's
-		// instances start at random points of a cycle, at least.
-		delay := rand.N(interval / 2)
-		fl.wg.Go(func() {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(delay):
-			}
-			coord.Run(ctx, func(v health.View) { fl.apply(i, in, v) })
-		})
+	for range n {
+		fl.add(false)
 	}
-	fl.wg.Go(func() { fl.pingLoop(ctx) })
-	fl.await(time.Minute+time.Duration(n)*100*time.Millisecond, "every instance a member of the fleet", func() bool {
-		f, err := ReadFleet(context.Background(), fl.admin, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout}, nil)
-		return err == nil && len(f.Members) == n
-	})
+	fl.wg.Go(func() { fl.pingLoop(fl.ctx) })
+	fl.awaitMembers()
 	fl.await(time.Minute, "every instance's first View", func() bool {
 		for _, in := range fl.ins {
 			if !in.shown.Load() {
@@ -373,6 +340,85 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 		in.check.setTargets()
 	}
 	return fl
+}
+
+// grow adds k instances to a settled fleet, as a fleet scaled out does:
+// each knows the targets from its start (the registry's), and runs at
+// a random point of a cycle. It returns once they are members.
+func (fl *scaleFleet) grow(k int) {
+	fl.settling.Store(true)
+	for range k {
+		fl.add(true)
+	}
+	// Each has heard Redis once (joined, or gone local): the fleet's
+	// members may lapse and come back meanwhile on a loaded machine,
+	// which the settling that follows waits out.
+	last := ""
+	if !fl.poll(time.Minute, func() bool {
+		modes := map[string]int{}
+		for _, in := range fl.ins {
+			modes[in.coord.Mode()]++
+		}
+		members := -1
+		f, err := ReadFleet(context.Background(), fl.admin, Config{Prefix: scalePrefix, Interval: fl.interval, Timeout: scaleTimeout}, nil)
+		if err == nil {
+			members = len(f.Members)
+		}
+		last = fmt.Sprintf("modes %v, %d members (%v)", modes, members, err)
+		return modes[""] == 0
+	}) {
+		fl.tb.Fatalf("after %v: %d instances added, not all heard Redis: %s", time.Minute, k, last)
+	}
+}
+
+// awaitMembers waits until every instance is a member of the fleet.
+func (fl *scaleFleet) awaitMembers() {
+	n := len(fl.ins)
+	fl.await(time.Minute+time.Duration(n)*100*time.Millisecond, "every instance a member of the fleet", func() bool {
+		f, err := ReadFleet(context.Background(), fl.admin, Config{Prefix: scalePrefix, Interval: fl.interval, Timeout: scaleTimeout}, nil)
+		return err == nil && len(f.Members) == n
+	})
+}
+
+// add starts one more instance: its coordinator, with its own Redis
+// client, and its simulated checker, with the targets or without.
+func (fl *scaleFleet) add(targets bool) {
+	tb, ctx, interval, i := fl.tb, fl.ctx, fl.interval, len(fl.ins)
+	rdb := redis.NewClient(&redis.Options{Addr: fl.srv.Addr(), ContextTimeoutEnabled: true,
+		DialTimeout: scaleDialTimeout, ReadTimeout: scaleIOTimeout, WriteTimeout: scaleIOTimeout})
+	rdb.AddHook(sentCounter{cmds: &fl.sent, trips: &fl.trips, calls: &fl.flipCalls})
+	fl.clients = append(fl.clients, rdb)
+	in := &scaleInstance{}
+	coord, err := NewCoordinator(rdb, Config{Prefix: scalePrefix, Interval: interval, Timeout: scaleTimeout,
+		Logf: fl.logs.logf, Observer: scaleObserver{fl, in}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	in.coord = coord
+	in.traceSubscription()
+	in.check = newSimChecker(fl, coord)
+	coord.SetProbeNow(in.check.ProbeNow)
+	coord.SetProbeAtPhase(in.check.ProbeAtPhase)
+	coord.SetRecheck(in.check.Recheck, in.check.RecheckAll)
+	if targets {
+		coord.SetTargets(fl.targets)
+		in.check.setTargets()
+	}
+	fl.ins = append(fl.ins, in)
+	fl.wg.Go(func() { in.check.run(ctx) })
+	// Instances started at once would look after their leases in
+	// step (a cycle from each start) and take theirs at the same
+	// moments, aligning the ticks of every lease taken: a fleet's
+	// instances start at random points of a cycle, at least.
+	delay := rand.N(interval / 2)
+	fl.wg.Go(func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		coord.Run(ctx, func(v health.View) { fl.apply(i, in, v) })
+	})
 }
 
 // pingLoop sends Redis a PING every probeBucket until ctx is done,
