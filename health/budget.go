@@ -88,17 +88,6 @@ func (b *budget) remove(w *worker) bool {
 	return true
 }
 
-// first moves w, when it waits in the queue, ahead of every probe waiting
-// that was not moved so too. The caller holds w.mu.
-func (b *budget) first(w *worker) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if w.qi >= 0 && !w.key.IsZero() {
-		w.key = time.Time{}
-		heap.Fix(&b.queue, w.qi)
-	}
-}
-
 // arm schedules dispatch for when the next token is due, unless it is
 // scheduled already. b.mu is held.
 func (b *budget) arm() {

@@ -139,24 +139,15 @@ func TestProbeBudgetConfig(t *testing.T) {
 }
 
 // localShared plays a fleet instance: it holds the targets below held, and
-// probes every target while local (Redis lost), or while uncovered (no
-// holder's status covers the others: their holders are late). With
-// serves, it says it probes the targets it holds for the fleet while not
-// local (Sessions), as a Coordinator does.
+// probes every target while local (Redis lost).
 type localShared struct {
-	held      atomic.Int64
-	serves    bool
-	local     atomic.Bool
-	uncovered atomic.Bool
-	ports     map[netip.AddrPort]int
+	held  int
+	local atomic.Bool
+	ports map[netip.AddrPort]int
 }
 
 func (s *localShared) Claim(t Target) (bool, Progress) {
-	return s.local.Load() || s.uncovered.Load() || int64(s.ports[t.Addr]) < s.held.Load(), Progress{}
-}
-
-func (s *localShared) KeepSession(t Target) bool {
-	return s.serves && !s.local.Load() && int64(s.ports[t.Addr]) < s.held.Load()
+	return s.local.Load() || s.ports[t.Addr] < s.held, Progress{}
 }
 
 func (*localShared) Record(Target, Progress) {}
@@ -288,83 +279,4 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// A fleet instance whose budget is short while it probes targets on its
-// own account (coordinated, but their holders' statuses are late, as on a
-// starved machine) keeps probing the targets it holds every interval: the
-// fleet answers from those, and a holder held up past its bound makes every
-// instance probe them too. In a bubble: 100 targets, 10 held, interval 1
-// s, budget 60/s, all 100 probed.
-func TestProbeBudgetServesFleetFirst(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const (
-			n        = 100
-			held     = 10
-			budget   = 60
-			interval = time.Second
-		)
-		r := startBubble(t, n, held, Config{Check: CheckTCP, Interval: interval, Timeout: 100 * time.Millisecond, Rise: 1, Fall: 1,
-			ProbeBudget: budget}, func(i int) string { return fmt.Sprintf("c/n%d", i) })
-		r.sh.serves = true
-		r.sh.uncovered.Store(true)
-		time.Sleep(10 * time.Second)
-		from, to := time.Now().Add(-5*time.Second), time.Now()
-		r.mu.Lock()
-		var heldGap, otherGap time.Duration
-		for i := range n {
-			last := time.Time{}
-			for _, p := range r.probes[i] {
-				if p.Before(from) {
-					last = p
-					continue
-				}
-				if !last.IsZero() {
-					if i < held {
-						heldGap = max(heldGap, p.Sub(last))
-					} else {
-						otherGap = max(otherGap, p.Sub(last))
-					}
-				}
-				last = p
-			}
-			if i < held {
-				heldGap = max(heldGap, to.Sub(last))
-			}
-		}
-		r.mu.Unlock()
-
-		// A target taken up (its lease taken: ProbeNow) while its probe
-		// waits its turn on this instance's own account is probed at
-		// once, not after the others waiting.
-		r.sh.held.Store(held + 1)
-		taken := time.Now()
-		r.c.ProbeNow(r.ts[held].Key)
-		time.Sleep(2 * time.Second)
-		r.mu.Lock()
-		var first time.Time
-		for _, p := range r.probes[held] {
-			if !p.Before(taken) {
-				first = p
-				break
-			}
-		}
-		r.mu.Unlock()
-		r.stop()
-		t.Logf("held targets at most %v apart, the others %v (in turn: %v); one taken up probed %v after", heldGap, otherGap, time.Second*(n-held)/(budget-held), first.Sub(taken))
-		if first.IsZero() || first.Sub(taken) > 100*time.Millisecond {
-			t.Errorf("a target taken up while its probe waited was probed %v after (zero: not in 2 s), want at once: it goes ahead of the probes on this instance's own account", first.Sub(taken))
-		}
-		// In the order they fell due, every target waits its turn
-		// (targets/budget: 1.67 s; 1.72 s measured for the held ones
-		// so); ahead, the held ones keep theirs (1.03 s).
-		if heldGap > interval+50*time.Millisecond {
-			t.Errorf("a held target went %v without a probe, want its interval (%v): the fleet's probes go ahead of this instance's own", heldGap, interval)
-		}
-		// The others share the rest of the budget in turn, each next
-		// tick at the next point of its phase: up to an interval later.
-		if limit := time.Second*(n-held)/(budget-held) + interval; otherGap > limit {
-			t.Errorf("a target probed on this instance's own account went %v without a probe, want within %v (the rest of the budget, in turn, and its phase)", otherGap, limit)
-		}
-	})
 }

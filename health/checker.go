@@ -264,29 +264,15 @@ func (c *Checker) tick(r *run, w *worker) {
 	// a target this checker probed at its last tick (with Shared: one this
 	// instance holds, or took up before) an Interval ahead of one it takes
 	// up now: the verdicts it already gives keep their rhythm, and a target
-	// taken up waits at most an Interval longer than they do. Ahead of all
-	// of them go the targets this checker probes for others (a fleet
-	// instance holding their leases, see Sessions): the fleet answers from
-	// their verdicts, and one held up past its bound makes every instance
-	// probe the target itself, which loads the budgets the more.
+	// taken up waits at most an Interval longer than they do.
 	key := now
-	switch {
-	case c.serves(w.t):
-		key = time.Time{}
-	case continuing:
+	if continuing {
 		key = now.Add(-c.cfg.Interval)
 	}
 	if !c.admit(r, w, key) {
 		return // stopped, or the budget starts the probe in its turn (granted)
 	}
 	c.check(r, w)
-}
-
-// serves reports whether this checker probes t for others too (see
-// Sessions).
-func (c *Checker) serves(t Target) bool {
-	s, ok := c.cfg.Shared.(Sessions)
-	return ok && s.KeepSession(t)
 }
 
 // admit reports whether w's probe may start now. Otherwise w was stopped
@@ -679,23 +665,16 @@ func (c *Checker) worker(key string) (*run, *worker) {
 // that has just been given a target calls it so that the target is not left
 // unprobed until its next tick; a session that ended calls it to learn at
 // once whether the server is going. The probe budget applies: a probe
-// waiting for it is not started again, as it has not started yet, but one
-// this checker now probes for others (see Sessions) goes ahead of those
-// waiting on its own account, as its next ones will (see tick).
+// waiting for it is not started again, as it has not started yet.
 func (c *Checker) ProbeNow(key string) {
-	r, w := c.worker(key)
+	_, w := c.worker(key)
 	if w == nil {
 		return
 	}
-	serves := c.serves(w.t)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	switch {
-	case w.stopped:
-	case w.queued:
-		if serves {
-			r.budget.first(w)
-		}
+	case w.stopped, w.queued:
 	case w.timer.Stop():
 		w.parked = false
 		w.timer.Reset(0)

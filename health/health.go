@@ -217,12 +217,10 @@ type Parking interface {
 	ClaimParked(t Target) (probe bool, seed Progress, until time.Time)
 }
 
-// Sessions, when a Config.Shared implements it, says whether this checker probes t for others
-// too, and so may keep a session open to t (see Config.RoleInterval): a fleet keeps one per
-// node, held by the instance that probes it for the fleet, and none while an instance checks
-// everything itself. A Shared that does not implement it gets no sessions. When the probe
-// budget is short, the probes of such targets go ahead of the others (the fleet answers from
-// them).
+// Sessions, when a Config.Shared implements it, says whether this checker may keep a session
+// open to t (see Config.RoleInterval): a fleet keeps one per node, held by the instance that
+// probes it for the fleet, and none while an instance checks everything itself. A Shared that
+// does not implement it gets no sessions.
 type Sessions interface {
 	KeepSession(t Target) bool
 }

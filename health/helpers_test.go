@@ -259,8 +259,7 @@ type bubbleRun struct {
 // startBubble runs a Checker of cfg (its Shared set here) over n targets,
 // the i-th named key(i).
 func startBubble(t *testing.T, n, held int, cfg Config, key func(i int) string) *bubbleRun {
-	r := &bubbleRun{sh: &localShared{ports: map[netip.AddrPort]int{}}, probes: make([][]time.Time, n), done: make(chan struct{})}
-	r.sh.held.Store(int64(held))
+	r := &bubbleRun{sh: &localShared{held: held, ports: map[netip.AddrPort]int{}}, probes: make([][]time.Time, n), done: make(chan struct{})}
 	cfg.Shared = r.sh
 	r.c = mustNew(t, cfg)
 	r.c.probe = func(_ context.Context, addr netip.AddrPort) result {

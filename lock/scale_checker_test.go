@@ -124,7 +124,6 @@ func (c *simChecker) ProbeNow(key string) {
 	if !ok {
 		return
 	}
-	serves := c.serves(c.fl.targets[i])
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ts == nil {
@@ -133,12 +132,6 @@ func (c *simChecker) ProbeNow(key string) {
 	t := &c.ts[i]
 	if t.busy {
 		t.again = true
-		// A probe waiting for the budget that this instance now makes
-		// for the fleet goes ahead (the checker's order).
-		if q := slices.IndexFunc(c.queue, func(w simWait) bool { return w.idx == i }); serves && q >= 0 && c.queue[q].key != 0 {
-			c.queue[q].key = 0
-			heap.Fix(&c.queue, q)
-		}
 		return
 	}
 	t.due = time.Now().UnixNano()
@@ -271,25 +264,15 @@ func (c *simChecker) tick(i int32, now int64) {
 	}
 	t.probing = true
 	// When the budget is short, the probes due longest ago go first, a
-	// target probed at its last tick an interval ahead, and the targets
-	// this instance holds for the fleet ahead of all (the checker's
+	// target probed at its last tick an interval ahead (the checker's
 	// order).
 	key := now
-	switch {
-	case c.serves(tg):
-		key = 0
-	case continuing:
+	if continuing {
 		key -= int64(c.interval)
 	}
 	if c.admit(i, key, now) {
 		c.check(i, start)
 	}
-}
-
-// serves is the checker's: whether this instance probes t for the fleet.
-func (c *simChecker) serves(t health.Target) bool {
-	s, ok := c.shared.(health.Sessions)
-	return ok && s.KeepSession(t)
 }
 
 // check probes target i, its probe started at start, in a goroutine of
