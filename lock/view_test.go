@@ -176,12 +176,7 @@ func offlineCoordinator(tb testing.TB, cfg Config) *Coordinator {
 // once that status lapses, though nothing here changed but the time.
 func TestViewHolderLapses(t *testing.T) {
 	c, other, tg, _ := pairedCoordinator(t)
-	c.Record(tg, down(2))
-	st := newStatus(tg.Addr, other, time.Now(), up(2))
-	c.mu.Lock()
-	st.V = c.now()
-	c.mu.Unlock()
-	c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+	probedDownHolderUp(c, other, tg)
 	if v := c.view(); v.At(tg.Key).State != health.Up {
 		t.Fatalf("while the holder's status covers %s, the View has %v, want its Up", tg.Key, v.At(tg.Key).State)
 	}
@@ -438,12 +433,7 @@ func TestViewDueWhenOwnMayChange(t *testing.T) {
 	if d, ok := c.untilOwnDue(); ok {
 		t.Fatalf("nothing probed here, yet a View is due in %v", d)
 	}
-	c.Record(tg, down(2))
-	st := newStatus(tg.Addr, other, time.Now(), up(2))
-	c.mu.Lock()
-	st.V = c.now()
-	c.mu.Unlock()
-	c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
+	probedDownHolderUp(c, other, tg)
 	if v := c.view(); v.At(tg.Key).State != health.Up {
 		t.Fatalf("covered by the holder's status: %v, want its Up", v.At(tg.Key).State)
 	}
@@ -465,4 +455,15 @@ func TestViewDueWhenOwnMayChange(t *testing.T) {
 	if d, ok := c.untilOwnDue(); !ok || d > c.b.interval+time.Millisecond || d < c.b.interval/2 {
 		t.Fatalf("uncovered: a View due in %v (%v), want in an interval (%v)", d, ok, c.b.interval)
 	}
+}
+
+// probedDownHolderUp has c find tg down itself, then hear its holder
+// other's Up, written now.
+func probedDownHolderUp(c *Coordinator, other string, tg health.Target) {
+	c.Record(tg, down(2))
+	st := newStatus(tg.Addr, other, time.Now(), up(2))
+	c.mu.Lock()
+	st.V = c.now()
+	c.mu.Unlock()
+	c.applyRemote(tg.Key, st.V, encode(c.cfg.macKey(tg.Key), st, c.cfg.Secret), true)
 }
