@@ -1198,6 +1198,9 @@ func (c *Coordinator) view() health.View {
 			again += len(due)
 		}
 		if again <= len(c.targets)/4 {
+			if scanOwn {
+				c.ownDues = c.ownDues[:0] // made anew below
+			}
 			e := c.lastView.Edit()
 			set := func(k string) {
 				x, ok, oc := c.viewEntry(k, now)
@@ -1206,9 +1209,7 @@ func (c *Coordinator) view() health.View {
 				} else {
 					e.Delete(k)
 				}
-				if oc != notOwn && !scanOwn {
-					c.ownDues.add(k, c.ownLapse(k, now, oc))
-				}
+				c.ownDues.add(k, c.ownLapse(k, now, oc))
 			}
 			for k := range c.dirty {
 				set(k)
@@ -1217,21 +1218,11 @@ func (c *Coordinator) view() health.View {
 				set(k)
 			}
 			if scanOwn {
-				c.ownDues = c.ownDues[:0]
 				for k := range c.own {
 					if c.ownAll || !c.held[k] {
-						x, ok, oc := c.viewEntry(k, now)
-						if ok {
-							e.Set(k, x)
-						} else {
-							e.Delete(k)
-						}
-						if oc != notOwn {
-							c.ownDues = append(c.ownDues, ownDue{c.ownLapse(k, now, oc), k})
-						}
+						set(k)
 					}
 				}
-				heap.Init(&c.ownDues)
 			}
 			c.lastView = e.View()
 			return c.lastView
@@ -1283,7 +1274,8 @@ func (h *ownDues) Pop() any {
 	return d
 }
 
-// add notes that key's entry may change by time alone at at.
+// add notes that key's entry may change by time alone at at (never:
+// MaxInt64).
 func (h *ownDues) add(key string, at int64) {
 	if at != math.MaxInt64 {
 		heap.Push(h, ownDue{at, key})
@@ -1294,11 +1286,14 @@ func (h *ownDues) add(key string, at int64) {
 // those in skip (made again anyway).
 func (h *ownDues) due(now int64, skip map[string]struct{}) []string {
 	var out []string
-	seen := map[string]bool{}
+	var seen map[string]bool // made only when something is due: a View comes at every change
 	for h.Len() > 0 && (*h)[0].at <= now {
 		d := heap.Pop(h).(ownDue)
 		if _, ok := skip[d.key]; ok || seen[d.key] {
 			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
 		}
 		seen[d.key] = true
 		out = append(out, d.key)
