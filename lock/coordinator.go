@@ -472,6 +472,7 @@ func (c *Coordinator) SetTargets(ts []health.Target) {
 		c.keyOf[t.Key] = t.Key
 	}
 	c.setOwners(c.ownership())
+	c.forgetCovers()
 	// What this instance probed of targets that are gone is of no use;
 	// the statuses stay (they expire in Redis, and a target may be back).
 	for _, m := range []map[string]health.Progress{c.own, c.published} {
@@ -1230,20 +1231,20 @@ func (c *Coordinator) view() health.View {
 	}
 	// Sized at once: grown entry by entry, a View of thousands of
 	// targets costs its map's rehashes as much as the rest of its making.
-	v := make(map[string]health.Verdict, len(c.targets))
+	v := health.NewViewBuilder(len(c.targets))
 	now := c.now()
 	c.ownDues = c.ownDues[:0]
 	for k := range c.targets {
 		x, ok, oc := c.viewEntry(k, now)
 		if ok {
-			v[k] = x
+			v.Set(k, x)
 		}
 		if oc != notOwn {
 			c.ownDues = append(c.ownDues, ownDue{c.ownLapse(k, now, oc), k})
 		}
 	}
 	heap.Init(&c.ownDues)
-	c.lastView, c.lastMade = health.ViewOf(v), true
+	c.lastView, c.lastMade = v.View(), true
 	return c.lastView
 }
 
@@ -1701,11 +1702,9 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.signal() // which verdict answers for each target: see viewEntry
 	}
 	if !slices.Equal(members, c.memberList) {
-		c.signal() // what is covered may change
 		if next == nil {
 			next = c.ownership().next(newRanking(members), slices.Collect(maps.Keys(c.targets)))
 		}
-		c.forgetCovers()
 		c.members = make(map[string]bool, len(members))
 		c.tokens = make(map[string]string, len(members))
 		for _, tok := range members {
@@ -1714,7 +1713,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		}
 		c.memberList = members
 		c.rank = next.rank
-		c.setOwners(next)
+		c.forgetMoved(c.setOwners(next))
 	}
 	c.offset = time.Until(m.Now)
 	p.read = c.noteMarks(m, rejoin || c.subscribed)
@@ -1771,8 +1770,9 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 // owner is now another live member than before to it for a handoff (see
 // deferred). The owners are computed again only when the members or the
 // targets change: at 300 members a key's owner costs microseconds, too
-// much for every target at every round and every Claim. c.mu is held.
-func (c *Coordinator) setOwners(from *ownership) {
+// much for every target at every round and every Claim. It returns the
+// targets whose owner changed. c.mu is held.
+func (c *Coordinator) setOwners(from *ownership) (moved []string) {
 	owners, top := from.owners, from.top
 	same := len(owners) == len(c.targets) && len(top) == len(c.targets)
 	for k := range c.targets {
@@ -1802,12 +1802,41 @@ func (c *Coordinator) setOwners(from *ownership) {
 		if o == me {
 			c.mine = append(c.mine, k)
 		}
-		if was, had := c.owners[k]; (!had || was != o) && o != me && c.members[o] {
-			c.handoffs[k] = until
+		if was, had := c.owners[k]; !had || was != o {
+			moved = append(moved, k)
+			if o != me && c.members[o] {
+				c.handoffs[k] = until
+			}
 		}
 	}
 	c.owners, c.top = owners, top
-	c.forgetCovers()
+	return moved
+}
+
+// forgetMoved drops what covered found of the targets whose owner changed
+// with the members (moved, see setOwners), and has the next View make
+// their entries again. Nothing else a cover turns on moves with the
+// members: a status covers its key only when its writer is the key's
+// owner (bounds.stale), and an owner is always a live member, so a key
+// whose owner stayed is covered, or not, as before. A member that joins
+// a fleet of a hundred moves a hundredth of the keys; forgetting every
+// cover at each join had each instance ask again about every target it
+// leaves to others, and make every entry of its own again, as each of a
+// new wave of instances came. Where more than a quarter moved, every
+// cover is forgotten at once. c.mu is held.
+func (c *Coordinator) forgetMoved(moved []string) {
+	if 4*len(moved) > len(c.targets) {
+		c.forgetCovers()
+		c.signal()
+		return
+	}
+	for _, k := range moved {
+		c.forgetCover(k)
+		c.touch(k)
+	}
+	if len(moved) > 0 {
+		c.wakeView()
+	}
 }
 
 // ownerOf is the live member the fleet gives key to. c.mu is held.

@@ -23,16 +23,28 @@ import (
 // have changed made again) is the View made whole: an entry that moved
 // without being marked would answer from an old verdict until something
 // else made the View whole.
+//
+// Each step checks too that what covered remembers of each target (its
+// coverMemo) is what it finds afresh: a memo kept across a change it
+// turns on would have the checker leave a target to a holder that no
+// longer covers it. With 3 other members a change of the members moves
+// most keys (every memo is forgotten); with 15, one member more or less
+// moves a few, and only theirs are.
 func TestViewMadeAgainMatchesWhole(t *testing.T) {
-	for seed := range uint64(envInt(t, "VIEW_SEEDS", 20)) { // VIEW_SEEDS: more walks, to search
-		t.Run(fmt.Sprint(seed), func(t *testing.T) { viewRandomWalk(t, seed) })
+	for _, others := range []int{3, 15} {
+		for seed := range uint64(envInt(t, "VIEW_SEEDS", 20)) { // VIEW_SEEDS: more walks, to search
+			t.Run(fmt.Sprintf("%d/%d", others, seed), func(t *testing.T) { viewRandomWalk(t, seed, others) })
+		}
 	}
 }
 
-func viewRandomWalk(t *testing.T, seed uint64) {
+func viewRandomWalk(t *testing.T, seed uint64, n int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	c := offlineCoordinator(t, Config{Prefix: "p:", Interval: 2 * time.Second, Timeout: 500 * time.Millisecond})
-	others := []string{fmt.Sprintf("%032x", 1), fmt.Sprintf("%032x", 2), fmt.Sprintf("%032x", 3)}
+	var others []string
+	for i := range n {
+		others = append(others, fmt.Sprintf("%032x", i+1))
+	}
 	all := make([]health.Target, 40)
 	for i := range all {
 		all[i] = health.Target{Key: fmt.Sprintf("c%d/n%d", i/2, i%2), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 1, byte(i)}), 5432)}
@@ -41,11 +53,23 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 	c.SetTargets(targets)
 	members := func() Membership {
 		m := Membership{Members: []string{c.Token()}, Now: time.Now().Add(c.offset)}
-		for _, o := range others {
-			if rng.IntN(4) != 0 {
+		// Most often one member more or less than the last round's.
+		flip := -1
+		if rng.IntN(3) != 0 {
+			flip = rng.IntN(len(others))
+		}
+		for i, o := range others {
+			live := c.members[o]
+			if flip < 0 {
+				live = rng.IntN(4) != 0
+			} else if i == flip {
+				live = !live
+			}
+			if live {
 				m.Members = append(m.Members, o)
 			}
 		}
+		slices.Sort(m.Members)
 		return m
 	}
 	c.round(members())
@@ -130,6 +154,9 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 				c.SetTargets(targets)
 			}
 		}
+		if diff := coverDiff(c, targets); len(diff) > 0 {
+			t.Fatalf("step %d: what covered remembers is not what it finds afresh (%s); the last steps: %q", step, strings.Join(diff, "; "), steps[max(0, len(steps)-6):])
+		}
 		got := c.view()
 		c.mu.Lock()
 		c.signalAll()
@@ -139,6 +166,26 @@ func viewRandomWalk(t *testing.T, seed uint64) {
 			t.Fatalf("step %d: the View made again is not the View made whole (%s); the last steps: %q", step, strings.Join(diff, "; "), steps[max(0, len(steps)-6):])
 		}
 	}
+}
+
+// coverDiff names the targets for which covered, with c's coverMemos,
+// answers otherwise than without them.
+func coverDiff(c *Coordinator, targets []health.Target) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.now()
+	var out []string
+	for _, tg := range targets {
+		got := c.coveredAt(tg.Key, tg.Addr, now)
+		kept := c.covers
+		c.covers = map[string]coverMemo{}
+		want := c.coveredAt(tg.Key, tg.Addr, now)
+		c.covers = kept
+		if got != want {
+			out = append(out, fmt.Sprintf("%s: remembered %v, found %v", tg.Key, got, want))
+		}
+	}
+	return out
 }
 
 // viewDiff names the entries in which got differs from want, the time of
