@@ -19,6 +19,13 @@ import (
 // scanCount is the COUNT hint of each SCAN step of a resync.
 const scanCount = 256
 
+// A SCAN step of a read of every status that fails is tried again from
+// its cursor (see scan): scanStepTries times in all, scanStepRetry apart.
+const (
+	scanStepTries = 3
+	scanStepRetry = 100 * time.Millisecond
+)
+
 // Subscriber applies the statuses published under a prefix, each key's in
 // version order, and resynchronises every stored status on each
 // (re)subscription and every Resync interval, so that a message lost while
@@ -432,20 +439,37 @@ func (s *Subscriber) ReadAll(ctx context.Context) ([]Stored, error) {
 // each step bounded by the subscriber's deadline and handed to page as it
 // is read (from a goroutine per master on Redis Cluster, concurrently),
 // with pause between steps: a read paced so that it does not take Redis
-// from the fleet's other calls. On error it returns after the pages read
+// from the fleet's other calls. A step that fails is tried again from its
+// cursor, up to scanStepTries times in all, scanStepRetry apart: a read
+// of ten thousand statuses is forty steps, and on a loaded machine one of
+// them misses its deadline now and then; begun again from the start a
+// cycle later, such a read may never complete, and until the read a
+// subscription calls for completes, nothing any holder wrote is
+// confirmed (see confirm). On error it returns after the pages read
 // before it.
 func (s *Subscriber) scan(ctx context.Context, pause time.Duration, page func([]Stored)) error {
 	read := func(ctx context.Context, c redis.UniversalClient) error {
 		var cursor uint64
 		for {
-			cctx, cancel := s.lat.call(ctx)
-			names, next, err := c.Scan(cctx, cursor, statusPattern(s.prefix), scanCount).Result()
-			if err == nil {
-				var got []Stored
-				got, err = readStatuses(cctx, c, s.prefix, names)
-				page(got)
+			var next uint64
+			var err error
+			for try := 1; ; try++ {
+				cctx, cancel := s.lat.call(ctx)
+				var names []string
+				names, next, err = c.Scan(cctx, cursor, statusPattern(s.prefix), scanCount).Result()
+				if err == nil {
+					var got []Stored
+					got, err = readStatuses(cctx, c, s.prefix, names)
+					page(got)
+				}
+				cancel()
+				if err == nil || try == scanStepTries || ctx.Err() != nil {
+					break
+				}
+				if sleep(ctx, scanStepRetry) != nil {
+					break
+				}
 			}
-			cancel()
 			if err != nil {
 				return err
 			}

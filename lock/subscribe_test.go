@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"strings"
@@ -354,4 +355,82 @@ func TestSubscribeForgetsVersionsBeyondHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApplied(t, col, entry{"k", now, "real"})
+}
+
+// failScans is a go-redis hook that fails the SCAN commands it is told to:
+// from the nth on, fails of them in a row.
+type failScans struct {
+	mu          sync.Mutex
+	nth, fails  int
+	seen, faild int
+}
+
+func (f *failScans) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f *failScans) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f *failScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "scan" {
+			f.mu.Lock()
+			f.seen++
+			fail := f.seen >= f.nth && f.faild < f.fails
+			if fail {
+				f.faild++
+			}
+			f.mu.Unlock()
+			if fail {
+				err := errors.New("test: this SCAN step fails")
+				cmd.SetErr(err)
+				return err
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A read of every status survives a step that fails now and then: the
+// step is tried again from its cursor, and every status is read. (Begun
+// again from the start a cycle later, a read of thousands of statuses on
+// a loaded machine may never complete, and until the read a subscription
+// calls for completes nothing any holder wrote is confirmed.) A step that
+// keeps failing fails the read.
+func TestScanStepTriedAgain(t *testing.T) {
+	s := redistest.Start(t)
+	ctx := context.Background()
+	admin := s.Client(t)
+	const n = 1500 // several SCAN steps of scanCount
+	for i := range n {
+		if err := admin.HSet(ctx, statusKey("test:", fmt.Sprintf("k%d", i)), "v", 7, "s", "up").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		fails int
+		ok    bool
+	}{{2, true}, {scanStepTries, false}} {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), ContextTimeoutEnabled: true})
+		f := &failScans{nth: 2, fails: tc.fails}
+		rdb.AddHook(f)
+		sub, err := NewSubscriber(rdb, "test:", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := map[string]bool{}
+		err = sub.scan(ctx, 0, func(got []Stored) {
+			for _, st := range got {
+				read[st.Key] = true
+			}
+		})
+		rdb.Close()
+		switch {
+		case tc.ok && (err != nil || len(read) != n):
+			t.Errorf("a step failing %d times: err %v, %d of %d statuses read; want every one", tc.fails, err, len(read), n)
+		case !tc.ok && err == nil:
+			t.Errorf("a step failing %d times (every try): the read succeeded", tc.fails)
+		}
+		if f.faild != tc.fails {
+			t.Errorf("%d SCAN steps failed, want %d", f.faild, tc.fails)
+		}
+	}
 }
