@@ -538,9 +538,11 @@ func (c *Coordinator) Claim(t health.Target) (bool, health.Progress) {
 }
 
 // ClaimParked implements health.Parking: Claim, and when another holder's
-// status covers t, until when its coverMemo holds (see covered). The key
-// is parked meanwhile: whatever drops its memo first (forgetCover,
-// forgetCovers) has the checker ask again within an interval, as it
+// status covers t, until when its coverMemo holds (see covered), or for
+// parkFed while it holds by the confirmations of its holder's feed. The
+// key is parked meanwhile: whatever drops its memo first (forgetCover,
+// forgetMoved, forgetCovers, sweepLapses) has the checker ask again
+// within an interval, as it
 // asked every interval before, so that a target left to another is asked
 // about only when the answer may change. (Every instance of a fleet is
 // given about one target in members; the others' Claims were most of its
@@ -562,11 +564,11 @@ func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.
 	if !ok || m.gen != c.coverGen || m.addr != t.Addr || c.mode == ModeLocal || c.recheck == nil || c.recheckAllF == nil {
 		return false, seed, time.Time{}
 	}
-	if time.Duration(m.until-c.now())*time.Microsecond < 2*c.b.interval {
-		// About to lapse: the holder's feed has been confirmed since
-		// it was made, most likely, and a memo made now holds longer;
-		// parked by the old one, the target would be asked again an
-		// interval or two on, and again after that.
+	now := c.now()
+	until, byFeed := c.memoUntil(m)
+	if time.Duration(until-now)*time.Microsecond < 2*c.b.interval {
+		// About to lapse: made again, in case its status is
+		// vouched for longer by now (see memoUntil).
 		delete(c.covers, t.Key)
 		if !c.covered(t.Key, t.Addr) {
 			return false, seed, time.Time{}
@@ -574,9 +576,81 @@ func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.
 		if m, ok = c.covers[t.Key]; !ok {
 			return false, seed, time.Time{}
 		}
+		if until, byFeed = c.memoUntil(m); time.Duration(until-now)*time.Microsecond < 2*c.b.interval {
+			// Its holder's feed is not confirmed any more: parked
+			// until the cover lapses, when the next Claim finds it
+			// uncovered.
+			c.parked[t.Key] = struct{}{}
+			return false, seed, time.UnixMicro(until).Add(-c.offset)
+		}
 	}
 	c.parked[t.Key] = struct{}{}
-	return false, seed, time.UnixMicro(m.until).Add(-c.offset)
+	if byFeed {
+		// Its cover goes on as its holder's feed is confirmed, and a
+		// feed that stops being confirmed has every parked key asked
+		// about again before its covers lapse (see sweepLapses).
+		until = max(until, now+parkFed.Microseconds())
+	}
+	return false, seed, time.UnixMicro(until).Add(-c.offset)
+}
+
+// parkFed is how long, at the least, a target covered by a holder whose
+// feed numbers its publishes is parked (see ClaimParked): its cover goes
+// on with every confirmation of the feed, and lapses only after the
+// sweep has had the checker ask about it again (sweepLapses). A bound
+// all the same, so that a cover nothing forgot is asked about again in
+// time: at 10,000 targets an instance asked about each one every cover
+// (18.5 s at an interval of 2 s), 540 Claims a second, most of the
+// steady work of an instance that holds a hundredth of them.
+const parkFed = 90 * time.Second
+
+// memoUntil is until when the cover m remembers holds: its until, or,
+// when its holder's feed numbers its publishes and has no gap pending,
+// a cover after the feed's last confirmation if later. That is when the
+// status's asOf would put it now: the status it was made of is still the
+// one applied (another forgets it), and a gap found, a feed forgotten or
+// confirmed earlier than before forget every cover. c.mu is held.
+// It reports too whether that is the feed's: only then does the sweep
+// see the cover's lapse coming (see sweepLapses).
+func (c *Coordinator) memoUntil(m coverMemo) (until int64, byFeed bool) {
+	if !m.fed {
+		return m.until, false
+	}
+	if f := c.feeds[m.holder]; f != nil && f.numbers && f.pending == 0 {
+		if fu := f.confirmed + c.b.cover().Microseconds(); fu >= m.until {
+			return fu, true
+		}
+	}
+	return m.until, false
+}
+
+// memoEnd is when the cover m remembers lapses (see memoUntil). c.mu is held.
+func (c *Coordinator) memoEnd(m coverMemo) int64 {
+	until, _ := c.memoUntil(m)
+	return until
+}
+
+// sweepLapses has the checker ask again about every parked target when
+// the covers of a holder's feed are about to lapse (no confirmation for
+// a cover less two intervals): a target parked for parkFed is asked about
+// again before its cover lapses, and probed here if it did. Run every
+// cycle: whatever stops the confirmations (a holder that stopped
+// publishing its watermark, a subscription made again whose read has not
+// completed, heartbeats that fail) is seen within a cycle. Once for each
+// confirmation of a feed that lapses. c.mu is held.
+func (c *Coordinator) sweepLapses() {
+	now := c.now()
+	margin := (c.b.cover() - 2*c.b.interval).Microseconds()
+	lapsing := false
+	for _, f := range c.feeds {
+		if f.numbers && now >= f.confirmed+margin && f.swept != f.confirmed {
+			f.swept = f.confirmed
+			lapsing = true
+		}
+	}
+	if lapsing && len(c.parked) > 0 {
+		c.forgetCovers()
+	}
 }
 
 // claim is Claim with c.mu held.
@@ -690,7 +764,7 @@ func (c *Coordinator) covered(key string, addr netip.AddrPort) bool {
 
 // coveredAt is covered at now (Redis µs). c.mu is held.
 func (c *Coordinator) coveredAt(key string, addr netip.AddrPort, now int64) bool {
-	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == addr && now <= m.until {
+	if m, ok := c.covers[key]; ok && m.gen == c.coverGen && m.addr == addr && now <= c.memoEnd(m) {
 		return true
 	}
 	r, ok := c.known(key)
@@ -702,7 +776,7 @@ func (c *Coordinator) coveredAt(key string, addr netip.AddrPort, now int64) bool
 		return false
 	}
 	if f := c.feeds[r.Holder]; r.Holder != c.Token() && (f == nil || f.pending == 0) {
-		c.covers[key] = coverMemo{gen: c.coverGen, until: asOf + c.b.cover().Microseconds(), addr: addr}
+		c.covers[key] = coverMemo{gen: c.coverGen, until: asOf + c.b.cover().Microseconds(), addr: addr, holder: r.Holder, fed: f != nil && f.numbers}
 	}
 	return true
 }
@@ -715,16 +789,19 @@ func (c *Coordinator) coveredAt(key string, addr netip.AddrPort, now int64) bool
 // its holder's feed, the owner, the members) are a cache miss each, and
 // a memo is one. It holds until something covered turns on changes: the
 // key's status (another applied, see forgetCover), or what the fleet is
-// (the members, the owners, a return, a gap found in a holder's
+// (the owners of the keys that moved, a return, a gap found in a holder's
 // publishes, a feed forgotten or confirmed earlier than before: see
-// forgetCovers). A confirmation later than the memo's only makes it
-// expire early, and a status of this instance's own, which turns on its
-// lease, is never memoised; nor one whose holder has a gap pending,
-// which lapses with time (see asOf).
+// forgetMoved, forgetCovers). Each later confirmation of its holder's
+// feed moves its end on, as it moves the status's asOf (see memoUntil). A
+// status of this instance's own, which turns on its lease, is never
+// memoised; nor one whose holder has a gap pending, which lapses with
+// time (see asOf).
 type coverMemo struct {
-	gen   uint64
-	until int64
-	addr  netip.AddrPort
+	gen    uint64
+	until  int64
+	addr   netip.AddrPort
+	holder string // the status's writer (see memoUntil)
+	fed    bool   // its feed numbers its publishes: the cover goes on with its confirmations
 }
 
 // forgetCover drops key's coverMemo: its status changed. c.mu is held.
@@ -759,13 +836,22 @@ func (c *Coordinator) wakeRechecks() {
 }
 
 // rechecksLoop tells the checker, outside c.mu, of the keys whose memo
-// was dropped while their ticks were parked, until ctx is done.
+// was dropped while their ticks were parked, until ctx is done. Every
+// cycle it sweeps the feeds whose covers are about to lapse (see
+// sweepLapses).
 func (c *Coordinator) rechecksLoop(ctx context.Context) {
+	sweep := time.NewTicker(c.b.cycle)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-c.recheckWake:
+		case <-sweep.C:
+			c.mu.Lock()
+			c.sweepLapses()
+			c.mu.Unlock()
+			continue // a forget wakes the loop
 		}
 		c.mu.Lock()
 		keys, all := c.rechecks, c.recheckAll
@@ -1338,7 +1424,7 @@ func (c *Coordinator) ownLapse(key string, now int64, oc ownCover) int64 {
 		return math.MaxInt64
 	case ownCovered:
 		if m, ok := c.covers[key]; ok && m.gen == c.coverGen {
-			lapse = m.until
+			lapse = c.memoEnd(m)
 		} else if r, ok := c.remote[key]; ok {
 			if f := c.feeds[r.Holder]; f != nil && f.pending != 0 {
 				// Its holder has a gap pending, which lapses a

@@ -42,6 +42,7 @@ type feed struct {
 	// watermark of it was reached, or at the start of the last read of
 	// its statuses: what is known of its statuses was current then.
 	confirmed int64
+	swept     int64     // the confirmation whose covers' lapse the parked keys were asked again at (see sweepLapses)
 	seen      time.Time // when a heartbeat last found it live
 	readAt    time.Time // when its statuses were last read again (one that numbers nothing: see reads)
 }

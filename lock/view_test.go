@@ -88,7 +88,7 @@ func viewRandomWalk(t *testing.T, seed uint64, n int) {
 	var steps []string
 	for step := range 400 {
 		tg := all[rng.IntN(len(all))]
-		switch op := rng.IntN(12); op {
+		switch op := rng.IntN(13); op {
 		case 0, 1, 2:
 			steps = append(steps, "record "+tg.Key)
 			c.Record(tg, progress())
@@ -145,6 +145,19 @@ func viewRandomWalk(t *testing.T, seed uint64, n int) {
 			steps = append(steps, fmt.Sprintf("%v pass", d))
 			c.mu.Lock()
 			c.offset += d
+			c.mu.Unlock()
+		case 12:
+			// A heartbeat finds nothing a holder published missing
+			// here: its statuses are current as of now (see asOf).
+			o := others[rng.IntN(len(others))]
+			steps = append(steps, fmt.Sprintf("feed of %.4s confirmed", o))
+			c.mu.Lock()
+			f := c.feeds[o]
+			if f == nil {
+				f = &feed{numbers: true}
+				c.feeds[o] = f
+			}
+			f.confirmed = max(f.confirmed, c.now())
 			c.mu.Unlock()
 		case 11:
 			if rng.IntN(4) == 0 {
