@@ -34,8 +34,11 @@ import (
 // promoted standby is each node in turn. After each round the old primary
 // is made a standby of the new one (a fresh pg_basebackup at its address
 // and port), the other standby follows the new primary (or is rebuilt too),
-// and the next round waits until the rig is steady again. A last round
-// promotes a standby while the primary keeps running (split brain).
+// and the next round waits until the rig is steady again. Two last rounds
+// promote a standby while the primary keeps running (split brain): first
+// with the primary waiting for both standbys to flush every commit
+// (synchronous replication, after which the rig is restored), then with
+// asynchronous replication as in every other round.
 //
 // Per round and writer: the outage (the last acknowledgement before the
 // first one by the new primary, to that one), the first acknowledgement by
@@ -112,17 +115,37 @@ func BenchmarkSwitchover(b *testing.B) {
 		fmt.Println(res.line())
 		results = append(results, res)
 	}
-	var split switchoverRound
-	if failedInARow >= switchoverMaxFailedInARow {
-		split = switchoverRound{kind: switchoverSplit, from: -1, to: -1, cause: "not run: the rig was broken"}
-	} else {
-		split = s.splitBrain()
-		s.analyseSplit(&split)
+	// Two split-brain rounds: first with the primary waiting for both
+	// standbys (synchronous replication, the rig restored after it), then
+	// with asynchronous replication, which ends the run.
+	var splits []switchoverRound
+	broken := failedInARow >= switchoverMaxFailedInARow
+	for _, kind := range []switchoverKind{switchoverSplitSync, switchoverSplit} {
+		if broken {
+			splits = append(splits, switchoverRound{kind: kind, from: -1, to: -1, cause: "not run: the rig was broken"})
+			continue
+		}
+		res := s.splitBrain(kind)
+		broken = kind == switchoverSplitSync && res.cause != ""
+		splits = append(splits, res)
 	}
 	s.stop()
-	wrong, wrongSplit := s.wrongWrites(split.fault)
-	s.report(b, results, split, wrong, wrongSplit)
-	s.splitAfterClosed(split)
+	var first time.Time // the first split-brain round's promotion
+	for i := range splits {
+		var until time.Time
+		if i+1 < len(splits) {
+			until = splits[i+1].fault
+		}
+		s.analyseSplit(&splits[i], until)
+		if first.IsZero() {
+			first = splits[i].fault
+		}
+	}
+	wrong := s.wrongWrites(time.Time{}, first)
+	s.report(b, results, splits, wrong)
+	for _, split := range splits {
+		s.splitAfterClosed(split)
+	}
 }
 
 // splitAfterClosed prints, per writer, the split-brain round's writes that
@@ -145,8 +168,8 @@ func (s *switchoverRun) splitAfterClosed(split switchoverRound) {
 				last = a.end.Sub(closed)
 			}
 		}
-		fmt.Printf("  %-11s %d acknowledged by the old primary in attempts begun after every instance stopped naming a primary (%s ms after promote -w returned)%s\n",
-			switchoverWriterNames[i], n, switchoverMs(split.dns.all), switchoverIf(n > 0, fmt.Sprintf(", the last ending %s ms after that", switchoverMs(last))))
+		fmt.Printf("  %s, %-11s %d acknowledged by the old primary in attempts begun after every instance stopped naming a primary (%s ms after promote -w returned)%s\n",
+			split.kind, switchoverWriterNames[i], n, switchoverMs(split.dns.all), switchoverIf(n > 0, fmt.Sprintf(", the last ending %s ms after that", switchoverMs(last))))
 	}
 }
 
@@ -375,13 +398,26 @@ func (s *switchoverRun) crash(res *switchoverRound, old, next *switchoverNode) e
 
 // splitBrain promotes the next node while the primary keeps running and
 // accepting writes, and watches the writers until every instance has
-// stopped naming a primary and switchoverSplitWatch more. The rig is left
-// as it is: the run ends.
-func (s *switchoverRun) splitBrain() switchoverRound {
+// stopped naming a primary and switchoverSplitWatch more.
+//
+// A switchoverSplit round leaves the rig as it is: the run ends. A
+// switchoverSplitSync round first has the primary wait for both standbys
+// (synchronous_standby_names 'ANY 2', synchronous_commit on): once one of
+// them is promoted the old primary acknowledges no commit, whatever the
+// clients do. After the watch the old primary is rebuilt as a standby of
+// the promoted one, the other standby follows it (or is rebuilt), and the
+// rig is steady again, asynchronous as before.
+func (s *switchoverRun) splitBrain(kind switchoverKind) switchoverRound {
 	r := s.rig
-	res := switchoverRound{kind: switchoverSplit, n: 1, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
+	res := switchoverRound{kind: kind, n: 1, from: r.primary, to: (r.primary + 1) % len(r.nodes)}
 	if !s.ready(&res) {
 		return res
+	}
+	if kind == switchoverSplitSync {
+		if err := r.synchronous(); err != nil {
+			res.cause = "making both standbys synchronous: " + err.Error()
+			return res
+		}
 	}
 	writable, err := watchWritable(r.nodes[res.to].pg.DSN(""))
 	if err != nil {
@@ -420,6 +456,29 @@ func (s *switchoverRun) splitBrain() switchoverRound {
 	}
 	<-time.After(switchoverSplitWatch) // the observation window after it was seen
 	res.restored = time.Now()
+	if kind != switchoverSplitSync {
+		return res
+	}
+
+	// The promoted node is the primary of record from here on; whatever
+	// the old one still holds is gone with it.
+	r.primary = res.to
+	var lerr error
+	if res.lost, lerr = s.lost(&res); lerr != nil && res.cause == "" {
+		res.cause = "counting lost writes: " + lerr.Error()
+	}
+	old, third := r.nodes[res.from], r.nodes[3-res.from-res.to]
+	how, ferr := r.follow(third)
+	res.restore = old.name + " rebuilt, " + third.name + " " + how
+	if ferr == nil {
+		ferr = r.rebuild(old)
+	}
+	if ferr == nil {
+		ferr = r.steady(switchoverSteadyTimeout)
+	}
+	if ferr != nil && res.cause == "" {
+		res.cause = "restoring the rig: " + ferr.Error()
+	}
 	return res
 }
 

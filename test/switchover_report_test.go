@@ -18,10 +18,11 @@ const (
 	switchoverPlanned switchoverKind = iota
 	switchoverUnplanned
 	switchoverSplit
+	switchoverSplitSync
 )
 
 func (k switchoverKind) String() string {
-	return [...]string{"planned", "unplanned", "split brain"}[k]
+	return [...]string{"planned", "unplanned", "split brain", "split brain, synchronous"}[k]
 }
 
 // switchoverRound is one round: its times, and its figures once analysed.
@@ -55,6 +56,10 @@ type switchoverWriterRound struct {
 	// old and the new primary, and the last one's time after it.
 	byOld, byNew int
 	last         time.Duration
+	// wrong counts the acknowledgements, in attempts begun from the
+	// promotion until the next round, by a server that was not the
+	// primary of record at any moment of the attempt.
+	wrong int
 }
 
 // switchoverDNSRound is the pollers' figures of one round.
@@ -156,14 +161,20 @@ func (s *switchoverRun) stale(a switchoverAnswer) bool {
 	return false
 }
 
-// analyseSplit computes the split-brain round's figures.
-func (s *switchoverRun) analyseSplit(res *switchoverRound) {
+// analyseSplit computes a split-brain round's figures: the writes from
+// the promotion to the end of the watch, and the wrong ones from the
+// promotion until the next round's (until zero: the run's end).
+func (s *switchoverRun) analyseSplit(res *switchoverRound, until time.Time) {
 	if res.fault.IsZero() || res.promoted.IsZero() {
 		return
 	}
-	for _, w := range s.writers {
-		var wr switchoverWriterRound
+	wrong := s.wrongWrites(res.fault, until)
+	for i, w := range s.writers {
+		wr := switchoverWriterRound{wrong: wrong[i]}
 		for _, a := range w.since(res.fault) {
+			if !a.start.Before(res.restored) {
+				break
+			}
 			switch {
 			case !a.ok():
 				wr.failed++
@@ -182,24 +193,23 @@ func (s *switchoverRun) analyseSplit(res *switchoverRound) {
 }
 
 // wrongWrites counts, per writer, the writes acknowledged by a server that
-// was not the primary of record at any moment of their attempt: before the
-// split-brain round (split zero when it did not run) and during it.
-func (s *switchoverRun) wrongWrites(split time.Time) (before, during []int) {
+// was not the primary of record at any moment of their attempt, among the
+// attempts begun from from until until (zero: no bound).
+func (s *switchoverRun) wrongWrites(from, until time.Time) []int {
+	var out []int
 	for _, w := range s.writers {
-		var b, d int
-		for _, a := range w.all() {
-			if !a.ok() || s.record.during(a.node, a.start, a.end) {
-				continue
+		n := 0
+		for _, a := range w.since(from) {
+			if !until.IsZero() && !a.start.Before(until) {
+				break
 			}
-			if !split.IsZero() && !a.start.Before(split) {
-				d++
-			} else {
-				b++
+			if a.ok() && !s.record.during(a.node, a.start, a.end) {
+				n++
 			}
 		}
-		before, during = append(before, b), append(during, d)
+		out = append(out, n)
 	}
-	return before, during
+	return out
 }
 
 // switchoverRoundFormat lays out a round's line: the round, its switch,
@@ -257,7 +267,7 @@ func (r switchoverRound) lostOf(i int) string {
 var switchoverWriterNames = []string{"pgcluster", "multi-host"}
 
 // report prints the summary table and reports the headline metrics.
-func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split switchoverRound, wrong, wrongSplit []int) {
+func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, splits []switchoverRound, wrong []int) {
 	var out strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&out, format, args...) }
 	kinds := []switchoverKind{switchoverPlanned, switchoverUnplanned}
@@ -358,17 +368,26 @@ func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split swi
 	}
 	w("   (acknowledged by a server that was not the primary of record)\n")
 
-	w("\nsplit brain: a standby promoted while the primary keeps running\n")
-	if split.from < 0 || split.promoted.IsZero() {
-		w("  not measured: %s\n", split.cause)
-	} else {
+	for _, split := range splits {
+		w("\n%s: a standby promoted while the primary keeps running", split.kind)
+		if split.kind == switchoverSplitSync {
+			w(", the primary waiting for both standbys (synchronous_standby_names 'ANY 2')")
+		}
+		w("\n")
+		if split.from < 0 || split.promoted.IsZero() {
+			w("  not measured: %s\n", split.cause)
+			continue
+		}
 		w("  %s→%s (the fleet held %d role sessions) writable %s ms after the order, promote -w returned after %s ms; every instance stopped naming a primary %s ms after it returned (ok: %v)\n",
 			s.rig.nodes[split.from].name, s.rig.nodes[split.to].name, split.sessions, switchoverMs(split.writable.Sub(split.ordered)),
 			switchoverMs(split.promoted.Sub(split.ordered)), switchoverMs(split.dns.all), split.dns.ok)
 		for i, wr := range split.writers {
 			w("  %-11s after the promotion returned: %5d acknowledged by the old primary, %5d by the new, the last %s ms after it; %d failed;"+
-				" %d acknowledged by the old primary once the new one took writes (wrong writes)\n",
-				switchoverWriterNames[i], wr.byOld, wr.byNew, switchoverMs(wr.last), wr.failed, switchoverAt(wrongSplit, i))
+				" %d acknowledged by the old primary once the new one took writes (wrong writes); lost %s\n",
+				switchoverWriterNames[i], wr.byOld, wr.byNew, switchoverMs(wr.last), wr.failed, wr.wrong, split.lostOf(i))
+		}
+		if split.restore != "" {
+			w("  restored: %s\n", split.restore)
 		}
 		if split.cause != "" {
 			w("  FAILED: %s\n", split.cause)
@@ -402,9 +421,17 @@ func (s *switchoverRun) report(b *testing.B, rounds []switchoverRound, split swi
 		b.ReportMetric(float64(nodata), fmt.Sprintf("dns-%s-nodata", k))
 	}
 	for i, name := range switchoverWriterNames {
-		b.ReportMetric(float64(switchoverAt(wrong, i)), strings.ReplaceAll(name, "-", "")+"-wrong-writes")
-		if i < len(split.writers) {
-			b.ReportMetric(float64(split.writers[i].byOld+split.writers[i].byNew), strings.ReplaceAll(name, "-", "")+"-split-writes")
+		metric := strings.ReplaceAll(name, "-", "")
+		b.ReportMetric(float64(switchoverAt(wrong, i)), metric+"-wrong-writes")
+		for _, split := range splits {
+			if i < len(split.writers) {
+				prefix := metric + "-split"
+				if split.kind == switchoverSplitSync {
+					prefix += "sync"
+				}
+				b.ReportMetric(float64(split.writers[i].byOld+split.writers[i].byNew), prefix+"-writes")
+				b.ReportMetric(float64(split.writers[i].wrong), prefix+"-wrong-writes")
+			}
 		}
 	}
 }

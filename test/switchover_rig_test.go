@@ -278,6 +278,44 @@ func (r *switchoverRig) streams(ctx context.Context, n *switchoverNode, lsn uint
 	return nil
 }
 
+// synchronous has the primary of record wait for both standbys before it
+// acknowledges a commit (synchronous_standby_names 'ANY 2' of the nodes'
+// names, the application_name each standby streams with), and waits until
+// its pg_stat_replication counts both in the quorum. The setting is the
+// primary's own (postgresql.auto.conf): a standby promoted later does not
+// inherit it, and rebuilding the old primary removes it.
+func (r *switchoverRig) synchronous() error {
+	p := r.nodes[r.primary]
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var names []string
+	for _, n := range r.nodes {
+		names = append(names, n.name)
+	}
+	err := p.pg.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = 'ANY 2 ("+strings.Join(names, ", ")+")'")
+	if err == nil {
+		err = p.pg.Exec(ctx, "SELECT pg_reload_conf()")
+	}
+	if err != nil {
+		return err
+	}
+	return pgtest.WaitFor(15*time.Second, func() error {
+		conn, err := pgx.Connect(ctx, p.pg.DSN(""))
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		var quorum int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'").Scan(&quorum); err != nil {
+			return err
+		}
+		if quorum != 2 {
+			return fmt.Errorf("%d standbys in %s's synchronous quorum, want 2", quorum, p.name)
+		}
+		return nil
+	})
+}
+
 // sessions returns the role sessions the fleet's instances hold
 // (coredns_pgcluster_check_sessions, summed; one per node is the design),
 // -1 when an instance's metrics cannot be read.
