@@ -451,7 +451,7 @@ func (c *Checker) armParked(r *run, w *worker, at time.Time, keep, parked bool) 
 
 // skip arms the timer for the next tick of w, whose tick at now Shared
 // gave to another checker: at w's phase (see Phases) nearest to an
-// Interval on. Phases lie on a grid of idleGrid shared by every target
+// Interval on. Phases lie on a grid of PhaseGrid shared by every target
 // (and every process): a fleet instance asks Shared about every target
 // once an Interval and probes only its share; 1,000 targets at 2 s are 500
 // ticks a second, each waking the process on its own when their times are
@@ -525,7 +525,7 @@ func (c *Checker) recheck(w *worker) {
 // Phases returns where in every interval the ticks of each of keys fall,
 // the same in every process that has the same keys (Unix time modulo
 // interval): the keys ordered by a hash, dealt in that order over the
-// points of the grid of idleGrid, as evenly as they go (1,000 keys at 2 s:
+// points of the grid of PhaseGrid, as evenly as they go (1,000 keys at 2 s:
 // 25 at each of 40 points). Whichever instance of a fleet probes a target
 // probes it at its phase, so that the fleet's probes stay spread evenly
 // over the interval whenever and however often leases move: without it,
@@ -535,7 +535,7 @@ func (c *Checker) recheck(w *worker) {
 // when there are more keys than grid points (else by an interval divided
 // by the keys at most).
 func Phases(keys []string, interval time.Duration) map[string]time.Duration {
-	grid := idleGrid(interval)
+	grid := PhaseGrid(interval)
 	steps := max(1, int(interval/grid))
 	type ranked struct {
 		h   uint64
@@ -588,16 +588,17 @@ func offPhase(phase time.Duration, at time.Time, interval time.Duration) time.Du
 // and probed at once, a session that ended, a probe the budget held
 // back).
 func NextProbe(phase time.Duration, at time.Time, interval time.Duration) time.Time {
-	off, tol := offPhase(phase, at, interval), idleGrid(interval)
+	off, tol := offPhase(phase, at, interval), PhaseGrid(interval)
 	if off < tol || off > interval-tol {
 		return at
 	}
 	return at.Add(-off)
 }
 
-// idleGrid is the grid skip rounds ticks to: a fortieth of the interval,
-// at most 50 ms.
-func idleGrid(interval time.Duration) time.Duration {
+// PhaseGrid is the grid of Phases, which skip rounds ticks to as well: a
+// fortieth of the interval, at most 50 ms. Targets' ticks fall on its
+// points, so a checker's probes start in bursts that far apart.
+func PhaseGrid(interval time.Duration) time.Duration {
 	return max(min(interval/40, 50*time.Millisecond), time.Millisecond)
 }
 

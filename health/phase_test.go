@@ -18,7 +18,7 @@ import (
 func TestPhaseTicks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, interval := range []time.Duration{400 * time.Millisecond, 2 * time.Second, 10 * time.Second} {
-		grid := idleGrid(interval)
+		grid := PhaseGrid(interval)
 		steps := int(interval / grid)
 		for _, n := range []int{1, 37, 1000, 10000} {
 			keys := make([]string, n)
@@ -120,7 +120,7 @@ func TestTakenTargetsSpreadToTheirPhases(t *testing.T) {
 						t.Errorf("%s: %v between two probes, over the interval", ts[i].Key, gap)
 					}
 					// Within a grid step of it counts as on it.
-					if off := offPhase(ph[ts[i].Key], p, interval); off >= idleGrid(interval) && off <= interval-idleGrid(interval) {
+					if off := offPhase(ph[ts[i].Key], p, interval); off >= PhaseGrid(interval) && off <= interval-PhaseGrid(interval) {
 						t.Errorf("%s: probe %d at %v, %v off its phase", ts[i].Key, j, p, off)
 					}
 				}

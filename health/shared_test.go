@@ -193,8 +193,8 @@ func TestSkippedTicksShareWakes(t *testing.T) {
 			moments++
 		}
 	}
-	t.Logf("%d asks of %d targets in two intervals of %v, at %d moments (grid %v: %d)", len(all), n, interval, moments, idleGrid(interval), int(2*interval/idleGrid(interval)))
-	if limit := 3 * int(interval/idleGrid(interval)); moments > limit {
+	t.Logf("%d asks of %d targets in two intervals of %v, at %d moments (grid %v: %d)", len(all), n, interval, moments, PhaseGrid(interval), int(2*interval/PhaseGrid(interval)))
+	if limit := 3 * int(interval/PhaseGrid(interval)); moments > limit {
 		t.Errorf("asks at %d moments in two intervals, over %d: each target's tick wakes the process on its own", moments, limit)
 	}
 }

@@ -306,7 +306,7 @@ func startScaleFleet(tb testing.TB, n, m int, interval time.Duration, budget flo
 	}
 	fl := &scaleFleet{tb: tb, srv: srv, admin: redis.NewClient(&redis.Options{Addr: srv.Addr(), ContextTimeoutEnabled: true}), interval: interval, rise: scaleRise, fall: scaleFall, budget: budget,
 		targets: scaleTargets(m), index: make(map[string]int32, m), down: make([]atomic.Bool, m),
-		start: time.Now(), buckets: make([]atomic.Int32, scaleMaxRun/probeBucket), perTarget: make([]atomic.Int32, m)}
+		start: bucketStart(time.Now(), interval), buckets: make([]atomic.Int32, scaleMaxRun/probeBucket), perTarget: make([]atomic.Int32, m)}
 	keys := make([]string, m)
 	for i, t := range fl.targets {
 		fl.index[t.Key] = int32(i)
@@ -548,6 +548,21 @@ func (fl *scaleFleet) waited(d time.Duration) {
 			return
 		}
 	}
+}
+
+// bucketStart is where bucket 0 begins: half a step of health.PhaseGrid
+// before a point of the grid on which every target's ticks fall (Unix
+// time modulo the interval). A checker starts its probes in bursts at
+// those points, each a few milliseconds late (a timer's wake, more on a
+// loaded machine); a bucket's edge on a point would split the burst
+// between two buckets by that lateness, and the counts would measure the
+// timers' jitter rather than the probe rate. With the edges between
+// points, each probeBucket holds the bursts of whole points: two, at the
+// grid of a 2 s interval.
+func bucketStart(now time.Time, interval time.Duration) time.Time {
+	grid := int64(health.PhaseGrid(interval))
+	ns := now.UnixNano()
+	return time.Unix(0, ns-ns%grid-grid/2)
 }
 
 // bucketOf is the bucket of t.
