@@ -392,17 +392,14 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 	for _, m := range live {
 		vet = append(vet, m)
 	}
-	cmds := make([]*redis.Cmd, len(keys))
-	_, err = l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, k := range keys {
-			args := trust
-			if vetMembers[k] {
-				args = vet
-			}
-			cmds[i] = takeScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, args...)
+	calls := make([]scriptCall, len(keys))
+	for i, k := range keys {
+		calls[i] = scriptCall{keys: []string{leaseKey(l.prefix, k)}, args: trust}
+		if vetMembers[k] {
+			calls[i].args = vet
 		}
-		return nil
-	})
+	}
+	cmds, err := evalEach(ctx, l.rdb, takeScript, calls)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lock: take %d leases: %w", len(keys), err)
 	}
@@ -493,13 +490,11 @@ func (l *Leases) ReleaseAll(ctx context.Context, keys []string) error {
 	}
 	ctx, done := l.call(ctx)
 	defer done()
-	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, k := range keys {
-			releaseScript.Eval(ctx, p, []string{leaseKey(l.prefix, k)}, l.token)
-		}
-		return nil
-	})
-	if err != nil {
+	calls := make([]scriptCall, len(keys))
+	for i, k := range keys {
+		calls[i] = scriptCall{keys: []string{leaseKey(l.prefix, k)}, args: []any{l.token}}
+	}
+	if _, err := evalEach(ctx, l.rdb, releaseScript, calls); err != nil {
 		return fmt.Errorf("lock: release %d leases: %w", len(keys), err)
 	}
 	return nil

@@ -547,18 +547,16 @@ return {r[1], r[2]}
 // not at all.
 func readStatuses(ctx context.Context, c redis.UniversalClient, prefix string, names []string) ([]Stored, error) {
 	var keys []string
-	var cmds []*redis.Cmd
-	_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, n := range names {
-			key, ok := keyOfStatus(prefix, n)
-			if !ok {
-				continue
-			}
-			keys = append(keys, key)
-			cmds = append(cmds, readScript.Eval(ctx, p, []string{n}, MaxStatusBytes))
+	var calls []scriptCall
+	for _, n := range names {
+		key, ok := keyOfStatus(prefix, n)
+		if !ok {
+			continue
 		}
-		return nil
-	})
+		keys = append(keys, key)
+		calls = append(calls, scriptCall{keys: []string{n}, args: []any{MaxStatusBytes}})
+	}
+	cmds, err := evalEach(ctx, c, readScript, calls)
 	if err != nil && !replyError(err) {
 		return nil, err
 	}
