@@ -90,7 +90,7 @@ run: setup
 # run BenchmarkFleetScale, under go test's default 10-minute timeout.
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $$($(GO) list ./... | grep -v -e '/test$$' -e '/lock$$')
-	$(GO) test -run '^$$' -bench '^Benchmark(Tend|View)$$' -benchmem ./lock/
+	$(GO) test -run '^$$' -bench '^Benchmark(Tend|View|TakeAll)$$' -benchmem ./lock/
 	$(GO) test -run '^$$' -bench '^Benchmark(Fleet|FleetRelay|RelayStall)$$' -benchtime 1x ./test/
 	$(GO) test -run '^$$' -bench '^BenchmarkRegistryScale$$' -benchtime 1x -timeout 30m ./test/
 	$(GO) test -run '^$$' -bench '^Benchmark(DNSSEC|TopologyQPS)$$' -benchtime 1x ./test/

@@ -580,8 +580,7 @@ func (c *Coordinator) ClaimParked(t health.Target) (bool, health.Progress, time.
 			// Its holder's feed is not confirmed any more: parked
 			// until the cover lapses, when the next Claim finds it
 			// uncovered.
-			c.parked[t.Key] = struct{}{}
-			return false, seed, time.UnixMicro(until).Add(-c.offset)
+			byFeed = false
 		}
 	}
 	c.parked[t.Key] = struct{}{}

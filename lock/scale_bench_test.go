@@ -101,7 +101,8 @@ const (
 //	SCALE_STARTPROFILE  writes the start, until the fleet settled,
 //	              to that file
 //	SCALE_FLIPPROFILE  writes one of the flips to that file
-//	              (and of both, the lock contention to that file.mutex)
+//	              (and of both, the lock contention to that file.mutex
+//	              and the live heap at the end to that file.heap)
 //	SCALE_REDIS_NICE  runs redis-server at that nice value (-15: ahead
 //	              of this process), as the fleet these coordinators
 //	              stand for runs Redis on a machine of its own (on 2
@@ -205,6 +206,13 @@ func windowProfile(b *testing.B, env string) (stop func()) {
 		if m, err := os.Create(name + ".mutex"); err == nil {
 			pprof.Lookup("mutex").WriteTo(m, 0)
 			m.Close()
+		}
+		// And what the heap held at the end: a fleet that does not
+		// settle holds several times its settled heap an instance.
+		runtime.GC()
+		if h, err := os.Create(name + ".heap"); err == nil {
+			pprof.Lookup("heap").WriteTo(h, 0)
+			h.Close()
 		}
 	}
 }

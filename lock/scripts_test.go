@@ -93,3 +93,46 @@ func TestScriptsBySHA(t *testing.T) {
 		t.Errorf("%d EVALSHAs, want at least %d: every call goes by its SHA1 first", n, 4*len(keys))
 	}
 }
+
+// BenchmarkTakeAll takes (extends) the leases of 10,000 keys in one call,
+// as a member that joins a fleet of 10,000 targets does, and reports
+// Redis's own CPU per call beside the caller's time.
+func BenchmarkTakeAll(b *testing.B) {
+	s := redistest.Start(b)
+	l, err := NewLeases(s.Client(b), "bench:")
+	if err != nil {
+		b.Fatal(err)
+	}
+	admin := s.Client(b)
+	ctx := context.Background()
+	keys := make([]string, 10000)
+	for i := range keys {
+		keys[i] = "c/n" + strconv.Itoa(i)
+	}
+	cpu := func() float64 {
+		info, err := admin.Info(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		total := 0.0
+		for _, line := range strings.Split(info, "\r\n") {
+			for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+				if v, ok := strings.CutPrefix(line, f); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					total += x
+				}
+			}
+		}
+		return total
+	}
+	if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	before := cpu()
+	for b.Loop() {
+		if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((cpu()-before)*1e3/float64(b.N), "redis-ms/op")
+}

@@ -360,9 +360,9 @@ func TestSubscribeForgetsVersionsBeyondHorizon(t *testing.T) {
 // failScans is a go-redis hook that fails the SCAN commands it is told to:
 // from the nth on, fails of them in a row.
 type failScans struct {
-	mu          sync.Mutex
-	nth, fails  int
-	seen, faild int
+	mu           sync.Mutex
+	nth, fails   int
+	seen, failed int
 }
 
 func (f *failScans) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -374,9 +374,9 @@ func (f *failScans) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		if cmd.Name() == "scan" {
 			f.mu.Lock()
 			f.seen++
-			fail := f.seen >= f.nth && f.faild < f.fails
+			fail := f.seen >= f.nth && f.failed < f.fails
 			if fail {
-				f.faild++
+				f.failed++
 			}
 			f.mu.Unlock()
 			if fail {
@@ -429,8 +429,8 @@ func TestScanStepTriedAgain(t *testing.T) {
 		case !tc.ok && err == nil:
 			t.Errorf("a step failing %d times (every try): the read succeeded", tc.fails)
 		}
-		if f.faild != tc.fails {
-			t.Errorf("%d SCAN steps failed, want %d", f.faild, tc.fails)
+		if f.failed != tc.fails {
+			t.Errorf("%d SCAN steps failed, want %d", f.failed, tc.fails)
 		}
 	}
 }
