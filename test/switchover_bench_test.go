@@ -331,23 +331,35 @@ func (s *switchoverRun) round(kind switchoverKind, n int) switchoverRound {
 	if err := errors.Join(werr, nerr); err != nil {
 		res.cause = fmt.Sprintf("%v after the promotion: %v", switchoverRoundTimeout, err)
 	}
-	if res.lost, err = s.lost(&res); err != nil && res.cause == "" {
+	s.restore(&res)
+	res.restored = time.Now()
+	return res
+}
+
+// restore counts the writes res's old primary acknowledged that the new
+// one lacks, then makes the rig steady again around the new primary of
+// record: the other standby follows it (or is rebuilt), and the old
+// primary is rebuilt as its standby. res.restore says what was done; a
+// failure goes to res.cause unless that already says why the round
+// failed.
+func (s *switchoverRun) restore(res *switchoverRound) {
+	r := s.rig
+	var err error
+	if res.lost, err = s.lost(res); err != nil && res.cause == "" {
 		res.cause = "counting lost writes: " + err.Error()
 	}
-	third := r.nodes[3-res.from-res.to]
-	how, ferr := r.follow(third)
+	old, third := r.nodes[res.from], r.nodes[3-res.from-res.to]
+	how, err := r.follow(third)
 	res.restore = old.name + " rebuilt, " + third.name + " " + how
-	if ferr == nil {
-		ferr = r.rebuild(old)
+	if err == nil {
+		err = r.rebuild(old)
 	}
-	if ferr == nil {
-		ferr = r.steady(switchoverSteadyTimeout)
+	if err == nil {
+		err = r.steady(switchoverSteadyTimeout)
 	}
-	res.restored = time.Now()
-	if ferr != nil && res.cause == "" {
-		res.cause = "restoring the rig: " + ferr.Error()
+	if err != nil && res.cause == "" {
+		res.cause = "restoring the rig: " + err.Error()
 	}
-	return res
 }
 
 // planned stops old (pg_ctl stop -m fast) and promotes next (pg_ctl
@@ -463,22 +475,7 @@ func (s *switchoverRun) splitBrain(kind switchoverKind) switchoverRound {
 	// The promoted node is the primary of record from here on; whatever
 	// the old one still holds is gone with it.
 	r.primary = res.to
-	var lerr error
-	if res.lost, lerr = s.lost(&res); lerr != nil && res.cause == "" {
-		res.cause = "counting lost writes: " + lerr.Error()
-	}
-	old, third := r.nodes[res.from], r.nodes[3-res.from-res.to]
-	how, ferr := r.follow(third)
-	res.restore = old.name + " rebuilt, " + third.name + " " + how
-	if ferr == nil {
-		ferr = r.rebuild(old)
-	}
-	if ferr == nil {
-		ferr = r.steady(switchoverSteadyTimeout)
-	}
-	if ferr != nil && res.cause == "" {
-		res.cause = "restoring the rig: " + ferr.Error()
-	}
+	s.restore(&res)
 	return res
 }
 
