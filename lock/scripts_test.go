@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,20 +19,6 @@ func TestScriptsBySHA(t *testing.T) {
 	ctx := context.Background()
 	keys := []string{"a", "b", "c"}
 
-	calls := func(cmd string) int {
-		t.Helper()
-		info, err := admin.Info(ctx, "commandstats").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n
-			}
-		}
-		return 0
-	}
 	flush := func() {
 		t.Helper()
 		if err := admin.ScriptFlush(ctx).Err(); err != nil {
@@ -53,12 +38,12 @@ func TestScriptsBySHA(t *testing.T) {
 
 	flush()
 	take("TakeAll with the script cache empty")
-	evals := calls("eval")
-	if evals != len(keys) {
+	evals := redisCalls(t, admin)["eval"]
+	if evals != int64(len(keys)) {
 		t.Errorf("%d EVALs with the script cache empty, want %d (the calls Redis did not know, sent again)", evals, len(keys))
 	}
 	take("TakeAll again")
-	if n := calls("eval"); n != evals {
+	if n := redisCalls(t, admin)["eval"]; n != evals {
 		t.Errorf("TakeAll sent %d EVALs with the script cached, want none (EVALSHA)", n-evals)
 	}
 
@@ -89,7 +74,7 @@ func TestScriptsBySHA(t *testing.T) {
 	if n, err := admin.Exists(ctx, leaseKey(l.prefix, "a"), leaseKey(l.prefix, "b"), leaseKey(l.prefix, "c")).Result(); err != nil || n != 0 {
 		t.Errorf("%d leases left after ReleaseAll (%v)", n, err)
 	}
-	if n := calls("evalsha"); n < 4*len(keys) {
+	if n := redisCalls(t, admin)["evalsha"]; n < int64(4*len(keys)) {
 		t.Errorf("%d EVALSHAs, want at least %d: every call goes by its SHA1 first", n, 4*len(keys))
 	}
 }
@@ -110,20 +95,11 @@ func BenchmarkTakeAll(b *testing.B) {
 		keys[i] = "c/n" + strconv.Itoa(i)
 	}
 	cpu := func() float64 {
-		info, err := admin.Info(ctx, "cpu").Result()
+		st, err := readRedisStats(ctx, admin)
 		if err != nil {
 			b.Fatal(err)
 		}
-		total := 0.0
-		for _, line := range strings.Split(info, "\r\n") {
-			for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-				if v, ok := strings.CutPrefix(line, f); ok {
-					x, _ := strconv.ParseFloat(v, 64)
-					total += x
-				}
-			}
-		}
-		return total
+		return st.cpu
 	}
 	if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil); err != nil {
 		b.Fatal(err)
