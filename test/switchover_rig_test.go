@@ -300,13 +300,8 @@ func (r *switchoverRig) synchronous() error {
 		return err
 	}
 	return pgtest.WaitFor(15*time.Second, func() error {
-		conn, err := pgx.Connect(ctx, p.pg.DSN(""))
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
 		var quorum int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'").Scan(&quorum); err != nil {
+		if err := p.pg.QueryRow(ctx, "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'quorum'", &quorum); err != nil {
 			return err
 		}
 		if quorum != 2 {
