@@ -94,19 +94,19 @@ func (b bounds) storedAge() time.Duration {
 // stale says why a status written by holder with version (Redis's clock
 // at the write, µs), and known current as of asOf (µs), does not cover
 // its key at now (Redis's clock, µs), for the live members and the key's
-// owner among them, or "" when it covers it: its writer must be the live
-// member the fleet gives the key to (rendezvous over the live members: one
-// the fleet moved the key away from no longer probes it, and a key given
-// to a member that writes nothing, as one anyone added, must not be
-// covered by the last status of its old holder), it must have been known
-// current within fresh, and it must not be ahead of the clock by more than
-// a lease.
+// owner among them, or "" when it covers it: its writer must be a live
+// member, the one the fleet gives the key to (rendezvous over the live
+// members), or one that still hands the key over to it and wrote this
+// status within a handover (see handover); it must have been known current
+// within fresh, and it must not be ahead of the clock by more than a
+// lease.
 func (b bounds) stale(holder, keyOwner string, version, asOf int64, live map[string]bool, now int64, fresh time.Duration) string {
 	switch {
 	case !live[holder]:
 		return "its writer is not a live member of the fleet"
-	case keyOwner != holder:
-		return "its writer no longer holds the key: the fleet gives it to another member"
+	case keyOwner != holder && version < now-b.handover().Microseconds():
+		age := time.Duration(now-version) * time.Microsecond
+		return fmt.Sprintf("its writer no longer holds the key (the fleet gives it to another member) and wrote it %v ago, longer than a handover (%v)", age.Round(time.Millisecond), b.handover())
 	case asOf < now-fresh.Microseconds() && asOf == version:
 		age := time.Duration(now-version) * time.Microsecond
 		return fmt.Sprintf("written %v ago, longer than %v", age.Round(time.Millisecond), fresh)
@@ -118,6 +118,21 @@ func (b bounds) stale(holder, keyOwner string, version, asOf int64, live map[str
 	}
 	return ""
 }
+
+// handover is how long the status of a holder the fleet moved its key
+// away from covers the key after it was written. Such a holder keeps the
+// lease and goes on probing the key, writing and publishing each verdict,
+// until the new owner takes the lease over from it (see
+// Coordinator.plan): a key moves to a member that joins only once that
+// member can probe it, and the others probe nothing meanwhile, however
+// long the new member takes to start. A holder that stopped (its lease
+// taken, or it stopped probing) writes nothing more, and its last status
+// stops covering the key a handover later: an interval, a probe and a
+// cycle, the most between two writes of a holder that probes. (A key
+// given to a member that writes nothing, as one anyone added, so stays
+// with its holder rather than being covered by its last status for
+// long.)
+func (b bounds) handover() time.Duration { return b.interval + b.timeout + b.cycle }
 
 // safetyEvery is how often an instance of a fleet of members reads every
 // stored status again as a safety net: every resync, and in a large fleet

@@ -154,11 +154,15 @@ type Observer interface {
 // Every stored status is read at each (re)subscription, and again, as a
 // safety net, every Resync.
 //
-// A target whose owner changed (a member came or went) is left to its new
-// owner for a handoff (bounds.handoff), then probed here too until a
-// holder's status covers it; so is a target whose holder is not a live
-// member, or whose status predates this instance's return after an outage
-// and was not published since. Instances started together join first,
+// A target whose owner changed stays with its holder, while that is a
+// live member, until the new owner takes it over (a member that joins
+// takes its keys once it can probe them, however long its start takes):
+// the holder goes on probing it and publishes each verdict, which covers
+// it for a handover (bounds.handover). A target whose holder left is left
+// to its new owner for a handoff (bounds.handoff), then probed here too
+// until a holder's status covers it; so is a target whose holder is not a
+// live member, or whose status predates this instance's return after an
+// outage and was not published since. Instances started together join first,
 // read the fleet's statuses, then take their leases staggered over a cycle
 // (see Run). While Redis does not answer (its calls have kept failing for
 // two cycles, see failed), every target is probed here (ModeLocal); when it
@@ -770,11 +774,14 @@ func (c *Coordinator) coveredAt(key string, addr netip.AddrPort, now int64) bool
 	if !ok || r.Addr != addr || r.version < c.localAt || r.Holder == c.Token() && !c.held[key] {
 		return false
 	}
-	asOf, ok := c.vouched(key, r)
+	asOf, ok := c.vouchedAt(key, r, now)
 	if !ok {
 		return false
 	}
-	if f := c.feeds[r.Holder]; r.Holder != c.Token() && (f == nil || f.pending == 0) {
+	// Not one of a holder handing the key over (see bounds.handover): that
+	// cover turns on its holder staying a live member, which the members
+	// can change without moving the key, and lasts a few seconds.
+	if f := c.feeds[r.Holder]; r.Holder != c.Token() && r.Holder == c.ownerOf(key) && (f == nil || f.pending == 0) {
 		c.covers[key] = coverMemo{gen: c.coverGen, until: asOf + c.b.cover().Microseconds(), addr: addr, holder: r.Holder, fed: f != nil && f.numbers}
 	}
 	return true
@@ -870,13 +877,18 @@ func (c *Coordinator) rechecksLoop(ctx context.Context) {
 
 // vouched reports whether the fleet stands by r, the status applied for
 // key, by its bounds (bounds.stale): written by the live member the fleet
-// gives the key to, known to be its current status (no gap in its
-// holder's publishes left unrepaired beyond a handoff, confirmed
-// recently: see asOf), not ahead of the clock; and as of when (asOf).
-// c.mu is held.
+// gives the key to (or one handing it over), known to be its current
+// status (no gap in its holder's publishes left unrepaired beyond a
+// handoff, confirmed recently: see asOf), not ahead of the clock; and as
+// of when (asOf). c.mu is held.
 func (c *Coordinator) vouched(key string, r *remoteStatus) (asOf int64, ok bool) {
+	return c.vouchedAt(key, r, c.now())
+}
+
+// vouchedAt is vouched at now (Redis µs). c.mu is held.
+func (c *Coordinator) vouchedAt(key string, r *remoteStatus, now int64) (asOf int64, ok bool) {
 	asOf, lapsed := c.asOf(r)
-	return asOf, !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, c.now(), c.b.cover()) == ""
+	return asOf, !lapsed && c.b.stale(r.Holder, c.ownerOf(key), r.version, asOf, c.members, now, c.b.cover()) == ""
 }
 
 // Record implements health.Shared: the verdict counts here at once; while
@@ -936,12 +948,14 @@ type keptLease struct {
 }
 
 // publishes reports whether a write of p for key, which this instance
-// holds, publishes it: its first since the lease was taken, or a
-// verdict, a counter or (with WAL) a position that differs from the last
-// one published. c.mu is held.
+// holds, publishes it: its first since the lease was taken, a verdict, a
+// counter or (with WAL) a position that differs from the last one
+// published, or any while the fleet gives the key to another member that
+// has not taken it over yet (the others take that status for a handover
+// after its write only, see bounds.handover). c.mu is held.
 func (c *Coordinator) publishes(key string, p health.Progress) bool {
 	last, pubd := c.published[key]
-	return !c.writtenBy[key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true)
+	return !c.writtenBy[key] || !pubd || !sameVerdict(last, p, c.cfg.WAL, true) || c.ownerOf(key) != c.Token()
 }
 
 // quiet reports whether p, recorded for key, which this instance holds,
@@ -1430,6 +1444,11 @@ func (c *Coordinator) ownLapse(key string, now int64, oc ownCover) int64 {
 				// handoff after it was found (see asOf).
 				lapse = now + max(c.b.handoff()-time.Since(f.gapAt), 0).Microseconds()
 			}
+			if r.Holder != c.ownerOf(key) {
+				// Handed over: covered until a handover after its
+				// write (see bounds.handover).
+				lapse = min(lapse, r.version+c.b.handover().Microseconds()+1)
+			}
 		}
 	}
 	if lc, ok := c.localCover[key]; ok && c.mode == ModeLocal {
@@ -1529,7 +1548,7 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.lost(ctx, start, err)
 		return
 	}
-	taken, void, err := c.leases.TakeAll(ctx, p.take, c.b.ttl, m.Members, p.tried)
+	taken, void, err := c.leases.TakeAll(ctx, p.take, c.b.ttl, m.Members, p.tried, p.from)
 	if err != nil {
 		c.lost(ctx, start, err)
 		return
@@ -1674,10 +1693,11 @@ func (c *Coordinator) heartbeat(ctx context.Context) (Membership, error) {
 
 // tendPlan is what a round of tend does once its heartbeat answered.
 type tendPlan struct {
-	take, release []string        // leases to take and to release
-	kickTaken     bool            // probe the leases taken at once (see plan)
-	tried         map[string]bool // keys whose take failed before (see TakeAll)
-	read          bool            // a holder's statuses are to be read again (a gap)
+	take, release []string          // leases to take and to release
+	kickTaken     bool              // probe the leases taken at once (see plan)
+	tried         map[string]bool   // keys whose take failed before (see TakeAll)
+	from          map[string]string // keys to take over from the holder whose status is known here (see TakeAll)
+	read          bool              // a holder's statuses are to be read again (a gap)
 	probeNow      func(key string)
 	rephase       []string // targets whose waiting probes go to their phases (see tend)
 	probeAtPhase  func(key string)
@@ -1799,6 +1819,16 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		c.memberList = members
 		c.rank = next.rank
 		c.forgetMoved(c.setOwners(next))
+		// The statuses of holders handing a key over cover it while
+		// their holder is a live member (see bounds.handover), which
+		// the members can change without moving the key: the entries
+		// of those this instance probed turn on it.
+		for k := range c.own {
+			if r, ok := c.remote[k]; ok && !c.held[k] && r.Holder != c.owners[k] {
+				c.touch(k)
+				c.wakeView()
+			}
+		}
 	}
 	c.offset = time.Until(m.Now)
 	p.read = c.noteMarks(m, rejoin || c.subscribed)
@@ -1838,9 +1868,25 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 			}
 		}
 	}
+	// A key the fleet moved to another member is kept, probed, written
+	// and published at each probe (see publishes) until that member takes
+	// it over (its take names this instance, see TakeAll), which this
+	// instance learns at its next write, refused: the others take its
+	// statuses meanwhile (see bounds.handover), so that neither a member
+	// that joins and takes long to start (on a loaded machine, tens of
+	// seconds) nor one anyone added and that never takes anything has
+	// every instance probe what moved to it.
 	for k := range c.held {
-		if _, ok := c.targets[k]; !ok || c.owners[k] != me {
+		if _, ok := c.targets[k]; !ok {
 			p.release = append(p.release, k)
+		}
+	}
+	for _, k := range p.take {
+		if r, ok := c.remote[k]; ok && r.Holder != me {
+			if p.from == nil {
+				p.from = make(map[string]string)
+			}
+			p.from[k] = r.Holder
 		}
 	}
 	p.kickTaken = !now.Before(c.quietUntil)
@@ -1934,9 +1980,11 @@ func (c *Coordinator) ownerOf(key string) string {
 
 // blockedFor returns the keys of take, not taken, whose take has failed
 // for longer than a lease: a live member holds them, but not as their
-// owner. A holder the fleet moved a key away from releases it at its next
-// round, and one that stopped lapses from the members within a lease; a
-// lease kept longer is anyone's write naming a live member, which would
+// owner. A holder the fleet moved a key away from hands it over to a take
+// that names it (see TakeAll), which a take by the new owner does once
+// the holder's status reached it, and one that stopped lapses from the
+// members within a lease; a lease kept longer is anyone's write naming a
+// live member (or a holder this instance knew no status of), which would
 // keep the key's status from being written for as long as they keep
 // writing it. A key seized within the last two leases is seized again at
 // once: whoever took it back is no holder that lets go.

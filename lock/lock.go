@@ -29,7 +29,9 @@
 //     versions moving (Lua's numbers are exact only below 2^53) nor make
 //     the real statuses look stale for more than a lease.
 //   - A status covers its key (the others do not probe it) only while its
-//     writer is the live member the fleet gives the key to and no gap in
+//     writer is the live member the fleet gives the key to (or, for a
+//     handover after its write, a live member that still hands the key
+//     over to it: see bounds.handover) and no gap in
 //     its writer's publishes has gone unrepaired for longer than a
 //     handoff (an interval, a probe and a cycle); one read from the store counts only when written
 //     within a rewrite period (five intervals), an interval, a probe, a
@@ -46,8 +48,8 @@
 //     lease TTLs is void: the member the fleet gives the key to takes it
 //     over at its next round; so it does, from its second round, with a
 //     lease held by no live member, and after a lease with one a live
-//     member keeps from it (a holder the fleet moved a key away from lets
-//     go within a round).
+//     member keeps from it (a holder the fleet moved a key away from
+//     hands it over as soon as the new owner takes it, naming it).
 //   - A message or stored status over MaxStatusBytes is refused before it
 //     is decoded; a key of a type the scripts do not write is treated as
 //     absent rather than making them fail. Every refusal is counted

@@ -337,12 +337,14 @@ func (l *Leases) Leave(ctx context.Context) error {
 }
 
 // takeScript takes a free lease, or extends one that is already ours. A
-// lease that has no TTL, or whose TTL is above ARGV[3] ms (no instance
-// sets one: a lease is renewed to its TTL), or, when ARGV[4] is "1", that
-// holds no live instance's token (ARGV[5...]: the members the caller's
-// heartbeat just read), is void: anyone's write, which would keep the
-// key's rightful holder out for good. It is taken too, and 2 returned. A
-// lease key of another type is void as well (SET replaces any type).
+// lease held by the token ARGV[5] (when not empty: the member the caller
+// takes the key over from, see TakeAll) is taken, and 3 returned. A lease
+// that has no TTL, or whose TTL is above ARGV[3] ms (no instance sets
+// one: a lease is renewed to its TTL), or, when ARGV[4] is "1", that holds
+// no live instance's token (ARGV[6...]: the members the caller's heartbeat
+// just read), is void: anyone's write, which would keep the key's rightful
+// holder out for good. It is taken too, and 2 returned. A lease key of
+// another type is void as well (SET replaces any type).
 var takeScript = redis.NewScript(`
 local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] then
@@ -354,10 +356,14 @@ if not v then
   return 1
 end
 if type(v) == 'string' then
+  if ARGV[5] ~= '' and v == ARGV[5] then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 3
+  end
   local left = redis.call('PTTL', KEYS[1])
   if left >= 0 and left <= tonumber(ARGV[3]) then
     if ARGV[4] ~= '1' then return 0 end
-    for i = 5, #ARGV do
+    for i = 6, #ARGV do
       if ARGV[i] == v then return 0 end
     end
   end
@@ -367,17 +373,19 @@ return 2
 `)
 
 // TakeAll takes, in one round trip, the leases on keys that are free,
-// already ours, or void (see takeScript: without a TTL or with one over
-// twice ttl, or, for the keys of vetMembers, held by none of live), for
-// ttl, and returns those it holds now and, of those, the ones that were
-// void. On error, none is reported taken (some may be: they lapse unless
-// renewed).
+// already ours, held by the member from gives for the key (the holder the
+// caller takes it over from: a holder the fleet moved a key away from
+// keeps its lease until its new owner takes it, see Coordinator.plan), or
+// void (see takeScript: without a TTL or with one over twice ttl, or, for
+// the keys of vetMembers, held by none of live), for ttl, and returns
+// those it holds now and, of those, the ones that were void. On error,
+// none is reported taken (some may be: they lapse unless renewed).
 //
 // A holder missing from live is void only for the keys of vetMembers:
 // those the caller failed to take a round ago already. An instance that
 // joined since the caller's heartbeat may have taken a key at once; by
 // the next round the caller knows it.
-func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, live []string, vetMembers map[string]bool) (taken, void []string, err error) {
+func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, live []string, vetMembers map[string]bool, from map[string]string) (taken, void []string, err error) {
 	if len(keys) == 0 {
 		return nil, nil, nil
 	}
@@ -386,9 +394,9 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 	}
 	ctx, done := l.call(ctx)
 	defer done()
-	trust := []any{l.token, ttl.Milliseconds(), 2 * ttl.Milliseconds(), "0"}
-	vet := make([]any, 0, 4+len(live))
-	vet = append(vet, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds(), "1")
+	trust := []any{l.token, ttl.Milliseconds(), 2 * ttl.Milliseconds(), "0", ""}
+	vet := make([]any, 0, 5+len(live))
+	vet = append(vet, l.token, ttl.Milliseconds(), 2*ttl.Milliseconds(), "1", "")
 	for _, m := range live {
 		vet = append(vet, m)
 	}
@@ -398,6 +406,11 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 		if vetMembers[k] {
 			calls[i].args = vet
 		}
+		if f := from[k]; f != "" && f != l.token {
+			args := slices.Clone(calls[i].args)
+			args[4] = f
+			calls[i].args = args
+		}
 	}
 	cmds, err := evalEach(ctx, l.rdb, takeScript, calls)
 	if err != nil {
@@ -406,7 +419,7 @@ func (l *Leases) TakeAll(ctx context.Context, keys []string, ttl time.Duration, 
 	for i, c := range cmds {
 		switch n, err := c.Int64(); {
 		case err != nil:
-		case n == 1:
+		case n == 1, n == 3:
 			taken = append(taken, keys[i])
 		case n == 2:
 			taken = append(taken, keys[i])

@@ -27,7 +27,7 @@ func TestScriptsBySHA(t *testing.T) {
 	}
 	take := func(what string) {
 		t.Helper()
-		taken, _, err := l.TakeAll(ctx, keys, 10*time.Second, nil, nil)
+		taken, _, err := l.TakeAll(ctx, keys, 10*time.Second, nil, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
@@ -101,12 +101,12 @@ func BenchmarkTakeAll(b *testing.B) {
 		}
 		return st.cpu
 	}
-	if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil); err != nil {
+	if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil, nil); err != nil {
 		b.Fatal(err)
 	}
 	before := cpu()
 	for b.Loop() {
-		if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil); err != nil {
+		if _, _, err := l.TakeAll(ctx, keys, time.Minute, nil, nil, nil); err != nil {
 			b.Fatal(err)
 		}
 	}
