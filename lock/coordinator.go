@@ -1578,11 +1578,26 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.writtenBy[k] = false
 		c.kept[k] = keptLease{extended: start}
 		own, found := c.own[k]
+		r, handed := c.remote[k]
+		handed = handed && p.from[k] != "" && r.Holder == p.from[k] && r.Addr == c.targets[k] &&
+			r.version >= c.now()-c.b.handover().Microseconds()
 		switch {
 		case c.returnOwners[k] == c.Token() && found:
 			// Held before the outage: its status is written from what
 			// this instance found in local mode (see plan).
 			rewrite = append(rewrite, recorded{health.Target{Key: k, Addr: c.targets[k]}, own})
+		case handed:
+			// Taken over from a holder that was probing it: its last
+			// verdict, with its counters, is written at once as this
+			// instance's, which the fleet takes from its owner, and
+			// probed when the checker comes to it. Until then the
+			// holder's status would cover it only for a handover, and a
+			// new member on a loaded machine may probe late: every
+			// instance would probe it meanwhile.
+			rewrite = append(rewrite, recorded{health.Target{Key: k, Addr: c.targets[k]}, r.progress()})
+			if p.kickTaken {
+				kick = append(kick, k)
+			}
 		case p.kickTaken:
 			kick = append(kick, k)
 		}

@@ -111,3 +111,79 @@ func TestHandoverToMemberThatTakesNothing(t *testing.T) {
 		t.Errorf("the stopped backend %d is not down in every view after the new instance joined", moved[0])
 	}
 }
+
+// A member that takes a key over from a holder that was probing it writes
+// that holder's last verdict, with its counters, as its own at once: the
+// fleet goes on answering from the key's owner however late the new
+// member's checker comes to the key (here never: it has none), instead of
+// the old holder's status lapsing a handover later and every instance
+// probing the key meanwhile.
+func TestHandoverWritesLastVerdict(t *testing.T) {
+	f := startAttackFleet(t, 2, 12, nil)
+	coord, err := NewCoordinator(newClient(t, f.srv), Config{Prefix: "fleet:", Interval: fleetInterval, Timeout: fleetTimeout, Resync: time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord.SetProbeNow(func(string) {})
+	coord.SetProbeAtPhase(func(string) {})
+	coord.SetTargets(f.targets)
+	joiner := runInstance(t, coord, nil)
+	tokens := []string{joiner.coord.Token()}
+	for _, in := range f.ins {
+		tokens = append(tokens, in.coord.Token())
+	}
+	slices.Sort(tokens)
+	var mine []health.Target
+	for _, tg := range f.targets {
+		if owner(tokens, tg.Key) == joiner.coord.Token() {
+			mine = append(mine, tg)
+		}
+	}
+	if len(mine) == 0 {
+		t.Fatalf("no key of %d goes to the new member: pick more backends", len(f.targets))
+	}
+	eventually(t, 5*time.Second, "the new member holds its keys and the others' Views show its statuses", func() bool {
+		if len(joiner.coord.Held()) != len(mine) {
+			return false
+		}
+		for _, in := range f.ins {
+			in.coord.mu.Lock()
+			for _, tg := range mine {
+				if r, ok := in.coord.remote[tg.Key]; !ok || r.Holder != joiner.coord.Token() || r.progress().Verdict.State != health.Up {
+					in.coord.mu.Unlock()
+					return false
+				}
+			}
+			in.coord.mu.Unlock()
+		}
+		return true
+	})
+	// Past a few handovers, nobody probes the keys the new member took
+	// (its checker never does), and the fleet still answers them Up. (The
+	// old holder's probe of the next interval is its last: its write
+	// then finds the lease taken.)
+	b := f.ins[0].coord.b
+	for settle := time.Now().Add(2 * fleetInterval); time.Now().Before(settle); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	before := make([]int64, len(mine))
+	idx := map[string]int{}
+	for i, tg := range f.targets {
+		idx[tg.Key] = i
+	}
+	for j, tg := range mine {
+		before[j] = f.backends[idx[tg.Key]].accepted.Load()
+	}
+	end := time.Now().Add(3 * b.handover())
+	for time.Now().Before(end) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for j, tg := range mine {
+		if n := f.backends[idx[tg.Key]].accepted.Load() - before[j]; n > 0 {
+			t.Errorf("%s, taken over by a member whose checker is late, was probed %d times by the others in %v: its owner's status covers it", tg.Key, n, 3*b.handover())
+		}
+	}
+	if !allState(f.ins, mine, health.Up)() {
+		t.Errorf("the keys taken over are not Up in every View")
+	}
+}
