@@ -1242,9 +1242,14 @@ func (c *Coordinator) wakeView() {
 // The members, a lease taken or released, the mode or a holder's feed
 // move only the entries of keys this instance has a verdict of (see
 // entry): the next View makes each of those again (see signal). New
-// targets make it whole (signalAll), as does a View with a quarter of the
-// targets to make again (local mode, where this instance probes them
-// all).
+// targets make it whole (signalAll), as does a View with three quarters
+// of the targets to make again (local mode, where this instance probes
+// them all): an Edit makes only its entries again and then copies a
+// pointer for each of the others, where a whole View makes every entry
+// again (at a fleet's start an instance may have probed thousands of
+// targets itself, whose entries each change of the members or the
+// leases makes again; made whole at a quarter, those Views were most of
+// a loaded start's work).
 func (c *Coordinator) view() health.View {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1297,7 +1302,7 @@ func (c *Coordinator) view() health.View {
 			due = c.ownDues.due(now, c.dirty)
 			again += len(due)
 		}
-		if again <= len(c.targets)/4 {
+		if again <= 3*len(c.targets)/4 {
 			if scanOwn {
 				c.ownDues = c.ownDues[:0] // made anew below
 			}
