@@ -1583,9 +1583,10 @@ func (c *Coordinator) tend(ctx context.Context) {
 		c.writtenBy[k] = false
 		c.kept[k] = keptLease{extended: start}
 		own, found := c.own[k]
-		r, handed := c.remote[k]
-		handed = handed && p.from[k] != "" && r.Holder == p.from[k] && r.Addr == c.targets[k] &&
-			r.version >= c.now()-c.b.handover().Microseconds()
+		r, handed := c.known(k)
+		if handed = handed && p.from[k] != "" && r.Holder == p.from[k] && r.Addr == c.targets[k]; handed {
+			_, handed = c.vouched(k, r) // its holder live, and the status within a handover
+		}
 		switch {
 		case c.returnOwners[k] == c.Token() && found:
 			// Held before the outage: its status is written from what
@@ -1902,7 +1903,7 @@ func (c *Coordinator) plan(m Membership, next *ownership) tendPlan {
 		}
 	}
 	for _, k := range p.take {
-		if r, ok := c.remote[k]; ok && r.Holder != me {
+		if r, ok := c.known(k); ok && r.Holder != me {
 			if p.from == nil {
 				p.from = make(map[string]string)
 			}

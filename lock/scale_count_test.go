@@ -36,13 +36,7 @@ func TestScaleCountUp(t *testing.T) {
 			}
 			v = e.View()
 		}
-		want := 0
-		for _, vd := range v.All() {
-			if vd.State == health.Up {
-				want++
-			}
-		}
-		if got := in.countUp(v); got != want {
+		if got, want := in.countUp(v), upIn(v); got != want {
 			t.Fatalf("step %d: counted %d Up, want %d", step, got, want)
 		}
 	}

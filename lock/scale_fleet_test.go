@@ -540,12 +540,7 @@ func (fl *scaleFleet) apply(i int, in *scaleInstance, v health.View) {
 func (in *scaleInstance) countUp(v health.View) int {
 	keys, ok := v.Changed(in.counted)
 	if !ok {
-		up := 0
-		for _, vd := range v.All() {
-			if vd.State == health.Up {
-				up++
-			}
-		}
+		up := upIn(v)
 		in.counted, in.countedUp = v, up
 		return up
 	}
@@ -564,6 +559,17 @@ func (in *scaleInstance) countUp(v health.View) int {
 		}
 	}
 	in.counted, in.countedUp = v, up
+	return up
+}
+
+// upIn counts the targets Up in v, entry by entry.
+func upIn(v health.View) int {
+	up := 0
+	for _, vd := range v.All() {
+		if vd.State == health.Up {
+			up++
+		}
+	}
 	return up
 }
 

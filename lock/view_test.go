@@ -184,11 +184,13 @@ func viewRandomWalk(t *testing.T, seed uint64, n int) {
 		// cover was the same at both moments must agree.
 		c.mu.Lock()
 		after := c.now()
+		c.mu.Unlock()
 		turned := func(k string) bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
 			addr, ok := c.targets[k]
 			return ok && c.coveredAt(k, addr, before) != c.coveredAt(k, addr, after)
 		}
-		c.mu.Unlock()
 		if diff := viewDiff(got, want, turned); len(diff) > 0 {
 			t.Fatalf("step %d: the View made again is not the View made whole (%s); the last steps: %q", step, strings.Join(diff, "; "), steps[max(0, len(steps)-6):])
 		}
