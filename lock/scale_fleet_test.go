@@ -277,12 +277,12 @@ func (l *scaleLogs) summary() []string {
 }
 
 // scaleTargets returns m targets: keys as the registry names nodes, and
-// addresses nothing dials (the probes are simulated).
+// loopback addresses nothing dials (the probes are simulated).
 func scaleTargets(m int) []health.Target {
 	ts := make([]health.Target, m)
 	for i := range ts {
 		ts[i] = health.Target{Key: fmt.Sprintf("c%d/n%d", i/3, i%3),
-			Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 5432)}
+			Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, byte(i >> 16), byte(i >> 8), byte(i)}), 5432)}
 	}
 	return ts
 }

@@ -21,7 +21,7 @@ func benchFleet(b *testing.B, members, targets int) (*Coordinator, Membership, [
 	}
 	var ts []health.Target
 	for i := range targets {
-		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n%d", i/3, i%3), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}), 5432)})
+		ts = append(ts, health.Target{Key: fmt.Sprintf("c%d/n%d", i/3, i%3), Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, byte(i >> 16), byte(i >> 8), byte(i)}), 5432)})
 	}
 	c.SetTargets(ts)
 	c.round(m) // the first round: coordinated, the members known
